@@ -1,0 +1,52 @@
+// Command sandpit is an MCP server that runs an agent's code in locked-down
+// containers through containerd. This package only parses flags and wires
+// the runtime, store and MCP layers together.
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/urfave/cli/v2"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	app := &cli.App{
+		Name:    "sandpit",
+		Usage:   "a secure local workspace for LLM agents, served over MCP",
+		Version: version,
+		// stdout belongs to the MCP protocol in serve mode: everything for
+		// humans that is not a command's output goes to stderr.
+		ErrWriter: os.Stderr,
+		Flags:     globalFlags(),
+		Before: func(c *cli.Context) error {
+			setupLogging(c)
+			return nil
+		},
+		Commands: []*cli.Command{
+			// one line per command; each lives in its own file
+		},
+	}
+	if err := app.Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "sandpit:", err)
+		os.Exit(1)
+	}
+}
+
+func globalFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: []string{"SANDPIT_LOG_LEVEL"}},
+	}
+}
+
+func setupLogging(c *cli.Context) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		lvl = slog.LevelInfo
+	}
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})))
+}

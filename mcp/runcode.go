@@ -1,0 +1,197 @@
+package mcp
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/sandpit-dev/sandpit/runtime"
+)
+
+// RunCodeArgs are run_code's arguments.
+type RunCodeArgs struct {
+	Language       string   `json:"language" jsonschema:"python, c, cpp or bash (case-insensitive)"`
+	Code           string   `json:"code,omitempty" jsonschema:"the program's source; give this or path"`
+	Path           string   `json:"path,omitempty" jsonschema:"a source file in the workspace to run instead of code"`
+	Args           []string `json:"args,omitempty" jsonschema:"command-line arguments passed to the program"`
+	Stdin          string   `json:"stdin,omitempty" jsonschema:"text given to the program's standard input"`
+	TimeoutSeconds float64  `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds (default 10, at most 60)"`
+}
+
+// RunCodeResult is run_code's structured output.
+type RunCodeResult struct {
+	ID              string           `json:"id" jsonschema:"identifier of this run"`
+	Status          runtime.Status   `json:"status" jsonschema:"success, error, timeout, oom or compile_error"`
+	ExitCode        int              `json:"exit_code" jsonschema:"the program's exit code (128+signal when killed)"`
+	Stdout          string           `json:"stdout"`
+	Stderr          string           `json:"stderr"`
+	StdoutTruncated bool             `json:"stdout_truncated"`
+	StderrTruncated bool             `json:"stderr_truncated"`
+	StdoutBytes     int64            `json:"stdout_bytes" jsonschema:"bytes the program wrote to stdout, including any cut off"`
+	StderrBytes     int64            `json:"stderr_bytes" jsonschema:"bytes the program wrote to stderr, including any cut off"`
+	DurationMS      int64            `json:"duration_ms"`
+	Language        string           `json:"language"`
+	Usage           runtime.Usage    `json:"usage"`
+	Limits          runtime.Limits   `json:"limits"`
+	Files           *runtime.Changes `json:"files,omitempty" jsonschema:"workspace files the run created, modified or deleted"`
+}
+
+func runCodeTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
+	langs := make([]string, 0, 4)
+	for _, l := range cfg.Runner.Languages() {
+		langs = append(langs, l.Name)
+	}
+	tool := mcpgo.NewTool("run_code",
+		mcpgo.WithDescription(fmt.Sprintf(
+			"Run a %s program in a fresh, isolated container (no network, read-only system files, bounded CPU/memory/processes/time/output) and return its stdout, stderr, exit code and status. "+
+				"C and C++ are compiled first; a compiler failure is status compile_error. Timeout defaults to %s, at most %s.",
+			strings.Join(langs, ", "), cfg.DefaultTimeout, cfg.MaxTimeout)),
+		mcpgo.WithInputSchema[RunCodeArgs](),
+		mcpgo.WithOutputSchema[RunCodeResult](),
+		mcpgo.WithDestructiveHintAnnotation(false),
+		mcpgo.WithOpenWorldHintAnnotation(false),
+	)
+	handler := mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, args RunCodeArgs) (*mcpgo.CallToolResult, error) {
+		req, err := cfg.runRequest(args)
+		if err != nil {
+			return toolError(cfg.Logger, "run_code", err), nil
+		}
+		res, err := cfg.Runner.Run(ctx, req)
+		if err != nil {
+			return toolError(cfg.Logger, "run_code", err), nil
+		}
+		out := toRunCodeResult(res)
+		return mcpgo.NewToolResultStructured(out, formatRun(out)), nil
+	})
+	return tool, handler
+}
+
+// runRequest validates arguments before anything runs.
+func (cfg Config) runRequest(a RunCodeArgs) (runtime.Request, error) {
+	lang := strings.ToLower(strings.TrimSpace(a.Language))
+	if lang == "" {
+		return runtime.Request{}, argErrorf("language is required: one of %s", cfg.languageNames())
+	}
+	switch {
+	case a.Code != "" && a.Path != "":
+		return runtime.Request{}, argErrorf("give either code or path, not both")
+	case a.Path != "" && cfg.Workspace == nil:
+		return runtime.Request{}, argErrorf("path needs a workspace, and this server has none: pass the source as code")
+	case a.Path == "" && strings.TrimSpace(a.Code) == "":
+		return runtime.Request{}, argErrorf("code is empty: give the program's source in code (or a workspace file in path)")
+	case len(a.Code) > cfg.MaxCodeBytes:
+		return runtime.Request{}, argErrorf("code is %d bytes, over the %d-byte limit: write it to a workspace file and run it by path, or shorten it", len(a.Code), cfg.MaxCodeBytes)
+	case len(a.Stdin) > cfg.MaxCodeBytes:
+		return runtime.Request{}, argErrorf("stdin is %d bytes, over the %d-byte limit", len(a.Stdin), cfg.MaxCodeBytes)
+	case !utf8.ValidString(a.Code):
+		return runtime.Request{}, argErrorf("code is not valid UTF-8")
+	case a.TimeoutSeconds < 0:
+		return runtime.Request{}, argErrorf("timeout_seconds must be positive, got %g", a.TimeoutSeconds)
+	}
+	timeout := cfg.DefaultTimeout
+	if a.TimeoutSeconds > 0 {
+		timeout = time.Duration(a.TimeoutSeconds * float64(time.Second))
+	}
+	if timeout > cfg.MaxTimeout {
+		return runtime.Request{}, argErrorf("timeout_seconds %g is over the ceiling of %g seconds: ask for %g or less", a.TimeoutSeconds, cfg.MaxTimeout.Seconds(), cfg.MaxTimeout.Seconds())
+	}
+	if len(a.Args) > 256 {
+		return runtime.Request{}, argErrorf("too many args (%d, at most 256)", len(a.Args))
+	}
+	return runtime.Request{
+		Language:  lang,
+		Code:      a.Code,
+		Path:      a.Path,
+		Args:      a.Args,
+		Stdin:     []byte(a.Stdin),
+		Timeout:   timeout,
+		Workspace: cfg.Workspace,
+	}, nil
+}
+
+func (cfg Config) languageNames() string {
+	var names []string
+	for _, l := range cfg.Runner.Languages() {
+		names = append(names, l.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+func toRunCodeResult(r *runtime.Result) RunCodeResult {
+	return RunCodeResult{
+		ID: r.ID, Status: r.Status, ExitCode: r.ExitCode,
+		Stdout: r.Stdout, Stderr: r.Stderr,
+		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated,
+		StdoutBytes: r.StdoutBytes, StderrBytes: r.StderrBytes,
+		DurationMS: r.DurationMS, Language: r.Language,
+		Usage: r.Usage, Limits: r.Limits, Files: r.Files,
+	}
+}
+
+// formatRun is the readable fallback for clients that ignore structured content.
+func formatRun(r RunCodeResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "status: %s (exit code %d) in %d ms [run %s]\n", r.Status, r.ExitCode, r.DurationMS, r.ID)
+	section := func(name, s string, truncated bool, total int64) {
+		if s == "" && !truncated {
+			return
+		}
+		fmt.Fprintf(&b, "--- %s", name)
+		if truncated {
+			fmt.Fprintf(&b, " (truncated: %d of %d bytes shown)", len(s), total)
+		}
+		b.WriteString(" ---\n")
+		b.WriteString(s)
+		if !strings.HasSuffix(s, "\n") {
+			b.WriteString("\n")
+		}
+	}
+	section("stdout", r.Stdout, r.StdoutTruncated, r.StdoutBytes)
+	section("stderr", r.Stderr, r.StderrTruncated, r.StderrBytes)
+	switch r.Status {
+	case runtime.StatusTimeout:
+		fmt.Fprintf(&b, "the program was killed after %g s; make it faster or ask for a longer timeout_seconds\n", r.Limits.TimeoutSeconds)
+	case runtime.StatusOOM:
+		fmt.Fprintf(&b, "the program ran out of memory (limit %d MiB) and was killed\n", r.Limits.MemoryBytes>>20)
+	}
+	if f := r.Files; f != nil && len(f.Created)+len(f.Modified)+len(f.Deleted) > 0 {
+		fmt.Fprintf(&b, "workspace: created %v, modified %v, deleted %v\n", f.Created, f.Modified, f.Deleted)
+	}
+	return b.String()
+}
+
+// LanguageInfo is one row of list_supported_languages.
+type LanguageInfo struct {
+	Language    string `json:"language"`
+	Image       string `json:"image"`
+	Version     string `json:"version"`
+	Description string `json:"description"`
+}
+
+// LanguagesResult is list_supported_languages' structured output.
+type LanguagesResult struct {
+	Languages []LanguageInfo `json:"languages"`
+}
+
+func listLanguagesTool(r Runner) (mcpgo.Tool, server.ToolHandlerFunc) {
+	tool := mcpgo.NewTool("list_supported_languages",
+		mcpgo.WithDescription("List the languages run_code accepts, with the image and version each runs on."),
+		mcpgo.WithOutputSchema[LanguagesResult](),
+		mcpgo.WithReadOnlyHintAnnotation(true),
+		mcpgo.WithOpenWorldHintAnnotation(false),
+	)
+	return tool, func(ctx context.Context, _ mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+		var out LanguagesResult
+		var b strings.Builder
+		for _, l := range r.Languages() {
+			out.Languages = append(out.Languages, LanguageInfo{l.Name, l.Image, l.Version, l.Description})
+			fmt.Fprintf(&b, "%s: %s (%s) — %s\n", l.Name, l.Version, l.Image, l.Description)
+		}
+		return mcpgo.NewToolResultStructured(out, b.String()), nil
+	}
+}

@@ -1,0 +1,78 @@
+// Package mcp translates the Model Context Protocol into calls on sandpit's
+// runtime and store. It owns the tool, resource and prompt definitions, their
+// argument and result structs, and the one place where errors become tool
+// results. It never touches containerd: everything it needs is behind the
+// small interfaces declared in this package.
+package mcp
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/sandpit-dev/sandpit/runtime"
+)
+
+// Runner runs programs in sandboxes. *runtime.Runtime implements it.
+type Runner interface {
+	Run(ctx context.Context, req runtime.Request) (*runtime.Result, error)
+	Languages() []runtime.Language
+}
+
+// Config is everything the MCP layer needs. Only Runner is required; a nil
+// dependency leaves its tools out.
+type Config struct {
+	Name    string
+	Version string
+
+	Runner         Runner
+	DefaultTimeout time.Duration // run_code's timeout when the caller gives none
+	MaxTimeout     time.Duration // the ceiling a caller may ask for
+	MaxCodeBytes   int           // largest accepted code or stdin
+	// Workspace, when set, is attached to every run at /workspace.
+	Workspace runtime.Workspace
+
+	Logger *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.Name == "" {
+		c.Name = "sandpit"
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	if c.DefaultTimeout <= 0 {
+		c.DefaultTimeout = 10 * time.Second
+	}
+	if c.MaxTimeout <= 0 {
+		c.MaxTimeout = 60 * time.Second
+	}
+	if c.MaxCodeBytes <= 0 {
+		c.MaxCodeBytes = 64 << 10
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// NewServer builds the MCP server with every tool whose dependency is set.
+func NewServer(cfg Config) *server.MCPServer {
+	cfg.defaults()
+	s := server.NewMCPServer(cfg.Name, cfg.Version,
+		server.WithToolCapabilities(false),
+		server.WithResourceCapabilities(false, false),
+		server.WithPromptCapabilities(false),
+		server.WithRecovery(),
+		server.WithInstructions(instructions),
+	)
+	if cfg.Runner != nil {
+		s.AddTool(runCodeTool(cfg))
+		s.AddTool(listLanguagesTool(cfg.Runner))
+	}
+	return s
+}
+
+const instructions = `sandpit runs Python, C, C++ and bash code in locked-down, single-use containers: no network, a read-only root filesystem, bounded CPU, memory, processes, time and output. Use run_code to execute code and read its stdout, stderr, exit code and status; fix the code and run again when it fails.`

@@ -1,0 +1,113 @@
+package runtime
+
+import (
+	"context"
+	"time"
+)
+
+// Status is the outcome class of a run. A program that fails is data, not an
+// error: Run returns a Result with one of these and a nil error.
+type Status string
+
+const (
+	StatusSuccess      Status = "success"       // exited 0
+	StatusError        Status = "error"         // exited non-zero or died of a signal
+	StatusTimeout      Status = "timeout"       // killed at the wall-clock limit
+	StatusOOM          Status = "oom"           // a process was killed by the memory cgroup
+	StatusCompileError Status = "compile_error" // the compiler rejected the source
+)
+
+// Request is one program to run in a fresh sandbox.
+//
+// Exactly one of Code or Path is set. It is kept open for later features
+// (sessions, streaming, cancellation) by staying a plain value: new fields have
+// zero values that keep today's behaviour.
+type Request struct {
+	Language string        // a name from Languages(), case-insensitive
+	Code     string        // source text, written as the sandbox's main file
+	Path     string        // or: a file in the workspace, relative to /workspace
+	Args     []string      // argv after the program name
+	Stdin    []byte        // given to the program's standard input
+	Timeout  time.Duration // wall-clock limit; zero means the configured default
+
+	// Workspace, when set, is mounted read-write at /workspace and is the
+	// working directory of the run. Its changes are committed when the run ends.
+	Workspace Workspace
+}
+
+// Result is what a run produced and what it cost.
+type Result struct {
+	ID              string        `json:"id"`
+	Language        string        `json:"language"`
+	Status          Status        `json:"status"`
+	ExitCode        int           `json:"exit_code"`
+	Stdout          string        `json:"stdout"`
+	Stderr          string        `json:"stderr"`
+	StdoutTruncated bool          `json:"stdout_truncated"`
+	StderrTruncated bool          `json:"stderr_truncated"`
+	StdoutBytes     int64         `json:"stdout_bytes"` // total written by the program, kept or not
+	StderrBytes     int64         `json:"stderr_bytes"`
+	Started         time.Time     `json:"started"`
+	Duration        time.Duration `json:"-"`
+	DurationMS      int64         `json:"duration_ms"`
+	Usage           Usage         `json:"usage"`
+	Limits          Limits        `json:"limits"`
+	Files           *Changes      `json:"files,omitempty"` // workspace changes, when a workspace was attached
+}
+
+// Usage is measured from the sandbox's cgroup before it is deleted.
+type Usage struct {
+	CPUUserMS       int64  `json:"cpu_user_ms"`
+	CPUSystemMS     int64  `json:"cpu_system_ms"`
+	MemoryPeakBytes uint64 `json:"memory_peak_bytes"`
+	PidsCurrent     uint64 `json:"pids,omitempty"`
+	WallMS          int64  `json:"wall_ms"`
+	OOMKilled       bool   `json:"oom_killed"`
+}
+
+// Limits are the bounds a sandbox runs under.
+type Limits struct {
+	MemoryBytes    int64   `json:"memory_bytes"`
+	PidsMax        int64   `json:"pids_max"`
+	CPUs           float64 `json:"cpus"`
+	TmpfsBytes     int64   `json:"tmpfs_bytes"`
+	FileSizeBytes  int64   `json:"file_size_bytes"`
+	OpenFiles      uint64  `json:"open_files"`
+	OutputBytes    int64   `json:"output_bytes"` // per stream
+	TimeoutSeconds float64 `json:"timeout_seconds"`
+	// Unenforced lists limits the host cannot enforce (rootless on cgroup v1);
+	// empty when every limit above holds.
+	Unenforced []string `json:"unenforced,omitempty"`
+}
+
+// Changes lists workspace paths (relative to /workspace) a run changed.
+type Changes struct {
+	Created  []string `json:"created"`
+	Modified []string `json:"modified"`
+	Deleted  []string `json:"deleted"`
+}
+
+// Workspace gives each run its own view of the agent's files.
+type Workspace interface {
+	// Open prepares a view for one run. The runtime binds View.Dir() at
+	// /workspace, then calls Close once the sandbox is gone.
+	Open(ctx context.Context, runID string) (View, error)
+}
+
+// View is one run's writable view of a workspace.
+type View interface {
+	// Dir is the host directory to bind at /workspace.
+	Dir() string
+	// Close makes the run's changes visible in the workspace, all at once,
+	// and releases the view. It is called whatever the run's status.
+	Close(ctx context.Context) (*Changes, error)
+}
+
+// Language describes a language sandpit can run.
+type Language struct {
+	Name        string   `json:"language"`
+	Image       string   `json:"image"`
+	Version     string   `json:"version"`
+	Description string   `json:"description"`
+	Aliases     []string `json:"aliases,omitempty"`
+}
