@@ -1,0 +1,51 @@
+// Package testenv tells integration tests whether a real containerd is
+// available, and fails instead of skipping when CI says it must be.
+//
+// Tests that need containerd call Containerd(t). Locally, without the
+// environment below, they skip with the reason. In CI (scripts/test.sh)
+// SANDPIT_REQUIRE_INTEGRATION=1 turns every such skip into a failure, so the
+// suite can never pass by skipping its containerd tests.
+package testenv
+
+import (
+	"os"
+	"testing"
+)
+
+// Env names shared with scripts/test.sh.
+const (
+	EnvAddress = "SANDPIT_TEST_CONTAINERD" // containerd socket for tests
+	EnvRequire = "SANDPIT_REQUIRE_INTEGRATION"
+	EnvImage   = "SANDPIT_TEST_IMAGE" // image ref override
+)
+
+// Namespace is the containerd namespace integration tests use. It is the
+// server's own, so that tests run against the images `sandpit images build`
+// imported; each test's runtime uses its own instance label so janitors in
+// parallel test binaries never touch each other's sandboxes.
+const Namespace = "sandpit"
+
+// Containerd returns the socket of the containerd that integration tests
+// must use, or skips (fails, in CI) with the reason it is unavailable.
+func Containerd(t testing.TB) string {
+	t.Helper()
+	addr := os.Getenv(EnvAddress)
+	reason := ""
+	switch {
+	case addr == "":
+		reason = EnvAddress + " is not set (run the suite with scripts/test.sh, which starts a private containerd)"
+	case os.Geteuid() != 0:
+		reason = "integration tests need root to create containers"
+	default:
+		if _, err := os.Stat(addr); err != nil {
+			reason = "containerd socket " + addr + " is missing: " + err.Error()
+		}
+	}
+	if reason != "" {
+		if os.Getenv(EnvRequire) == "1" {
+			t.Fatalf("integration test cannot run: %s", reason)
+		}
+		t.Skipf("skipping integration test: %s", reason)
+	}
+	return addr
+}
