@@ -1,0 +1,112 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/snapshots"
+)
+
+// Sweep removes every container, task and snapshot labelled with this
+// runtime's instance, and the per-run directories (sources, FIFOs) under the
+// state dir. It is what makes a restart after a crash clean: a killed server
+// leaves its sandboxes RUNNING. Other containerd users, and other sandpit
+// instances, keep theirs. It returns how many sandboxes it removed.
+func (r *Runtime) Sweep(ctx context.Context) (int, error) {
+	ctx = r.nsctx(ctx)
+	c, err := r.connect(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return r.sweepCount(ctx, c)
+}
+
+func (r *Runtime) sweep(ctx context.Context, c *containerd.Client) error {
+	n, err := r.sweepCount(ctx, c)
+	if n > 0 {
+		r.log.Info("janitor: removed sandboxes left by an earlier server", "count", n, "instance", r.cfg.Instance)
+	}
+	return err
+}
+
+func (r *Runtime) sweepCount(ctx context.Context, c *containerd.Client) (int, error) {
+	filter := fmt.Sprintf("labels.%q==%q", LabelInstance, r.cfg.Instance)
+	containers, err := c.Containers(ctx, filter)
+	if err != nil {
+		return 0, fmt.Errorf("list sandboxes: %w", err)
+	}
+	var errs []error
+	removed := 0
+	for _, ctr := range containers {
+		if err := r.removeContainer(ctx, ctr); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed++
+	}
+	// Snapshots whose container was never created (a crash in between).
+	sn := c.SnapshotService(r.cfg.Snapshotter)
+	var orphans []string
+	err = sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		orphans = append(orphans, info.Name)
+		return nil
+	}, filter)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("list sandbox snapshots: %w", err))
+	}
+	for _, key := range orphans {
+		if err := sn.Remove(ctx, key); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove snapshot %s: %w", key, err))
+		}
+	}
+	// Per-run dirs: sources, build output and FIFOs of runs no server owns now.
+	// Only this instance's runtime writes under its StateDir.
+	runs := filepath.Join(r.cfg.StateDir, "runs")
+	entries, _ := os.ReadDir(runs)
+	for _, e := range entries {
+		if r.isLive(e.Name()) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(runs, e.Name())); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// isLive reports whether a run directory belongs to a run in progress in
+// this process (a manual `sandpit gc` while serving must not pull it away).
+func (r *Runtime) isLive(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.live[id]
+}
+
+func (r *Runtime) removeContainer(ctx context.Context, ctr containerd.Container) error {
+	if task, err := ctr.Task(ctx, nil); err == nil {
+		// WithKillAll is not needed: killing init takes the pid namespace down.
+		_ = task.Kill(ctx, syscall.SIGKILL)
+		if st, err := task.Wait(ctx); err == nil {
+			select {
+			case <-st:
+			case <-time.After(killGrace):
+			}
+		}
+		if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("delete task %s: %w", ctr.ID(), err)
+		}
+	} else if !errdefs.IsNotFound(err) {
+		return fmt.Errorf("load task %s: %w", ctr.ID(), err)
+	}
+	if err := ctr.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("delete container %s: %w", ctr.ID(), err)
+	}
+	return nil
+}

@@ -1,0 +1,58 @@
+package runtime
+
+import (
+	"path"
+
+	"github.com/sandpit-dev/sandpit/oci"
+)
+
+// LanguageSpec says how to run one language: where its source goes and, for
+// compiled languages, how to build it first.
+type LanguageSpec struct {
+	Name        string
+	Aliases     []string
+	Image       string
+	Description string
+	// File is the source file name inside oci.SourceDir.
+	File string
+	// Compile, when set, is the compile step's argv; it must write the
+	// program to oci.BuildDir/prog.
+	Compile []string
+	// Run is the program's argv before the caller's args. For interpreted
+	// languages it runs the source file; for compiled ones the built program.
+	Run []string
+}
+
+// DefaultLanguages are python, c, cpp and bash, all on one toolchain image.
+func DefaultLanguages(image string) []LanguageSpec {
+	src := func(f string) string { return path.Join(oci.SourceDir, f) }
+	prog := path.Join(oci.BuildDir, "prog")
+	return []LanguageSpec{
+		{
+			Name: "python", Aliases: []string{"python3", "py"}, Image: image,
+			Description: "CPython 3 with the standard library; run as `python3 main.py`",
+			File:        "main.py",
+			Run:         []string{"python3", src("main.py")},
+		},
+		{
+			Name: "c", Image: image,
+			Description: "C (gcc, -std=gnu17 -O2, linked with -lm), compiled then run",
+			File:        "main.c",
+			Compile:     []string{"gcc", "-std=gnu17", "-O2", "-Wall", "-o", prog, src("main.c"), "-lm"},
+			Run:         []string{prog},
+		},
+		{
+			Name: "cpp", Aliases: []string{"c++", "cxx"}, Image: image,
+			Description: "C++ (g++, -std=gnu++17 -O2), compiled then run",
+			File:        "main.cpp",
+			Compile:     []string{"g++", "-std=gnu++17", "-O2", "-Wall", "-o", prog, src("main.cpp"), "-lm"},
+			Run:         []string{prog},
+		},
+		{
+			Name: "bash", Aliases: []string{"sh", "shell"}, Image: image,
+			Description: "GNU bash with coreutils; run as `bash main.sh`",
+			File:        "main.sh",
+			Run:         []string{"bash", src("main.sh")},
+		},
+	}
+}

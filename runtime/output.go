@@ -1,0 +1,64 @@
+package runtime
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"unicode/utf8"
+)
+
+// cappedBuffer keeps the first max bytes written to it and counts the rest.
+// It never returns an error, so the copier keeps draining the pipe: a program
+// that floods output is not blocked on a full pipe (it would never reach its
+// timeout's kill otherwise) and the server's memory stays bounded.
+type cappedBuffer struct {
+	mu    sync.Mutex
+	max   int64
+	buf   []byte
+	total int64
+}
+
+func newCappedBuffer(max int64) *cappedBuffer {
+	return &cappedBuffer{max: max, buf: make([]byte, 0, min(max, 4096))}
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.total += int64(len(p))
+	if room := b.max - int64(len(b.buf)); room > 0 {
+		b.buf = append(b.buf, p[:min(int64(len(p)), room)]...)
+	}
+	return len(p), nil
+}
+
+// TruncationMarker ends output that was cut at the cap.
+const TruncationMarker = "\n[sandpit: output truncated: %d of %d bytes shown]\n"
+
+// result returns the kept text (valid UTF-8: a rune cut at the cap is
+// dropped, invalid bytes are replaced), whether it was truncated, and the
+// total written.
+func (b *cappedBuffer) result() (string, bool, int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	kept := b.buf
+	truncated := b.total > int64(len(kept))
+	if truncated {
+		// Drop a partial rune at the cut.
+		for i := 0; i < utf8.UTFMax && len(kept) > 0; i++ {
+			r, size := utf8.DecodeLastRune(kept)
+			if r != utf8.RuneError || size > 1 {
+				break
+			}
+			kept = kept[:len(kept)-1]
+		}
+	}
+	s := string(kept)
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if truncated {
+		s += fmt.Sprintf(TruncationMarker, len(kept), b.total)
+	}
+	return s, truncated, b.total
+}

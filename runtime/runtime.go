@@ -1,0 +1,297 @@
+// Package runtime runs programs in single-use sandboxes through containerd.
+// It is the only package that holds a containerd client.
+//
+// The guarantee: every sandbox Run creates is labelled with the runtime's
+// instance, gets the spec built by package oci, and is deleted — task,
+// container, snapshot, FIFOs and per-run files — before Run returns, whatever
+// the program did. What a crashed server left behind is removed by Sweep,
+// which New's first connection runs.
+package runtime
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/runtime/v2/runc/options"
+
+	"github.com/sandpit-dev/sandpit/oci"
+)
+
+// Label keys on every container and snapshot sandpit creates.
+const (
+	LabelInstance = "sandpit.instance" // which runtime instance owns it (the janitor's key)
+	LabelRun      = "sandpit.run"      // the run id
+)
+
+// Config configures a Runtime. Zero fields take the defaults in Defaults.
+type Config struct {
+	Address     string // containerd socket
+	Namespace   string // containerd namespace
+	Instance    string // label value that scopes the janitor; one per server
+	RuntimeName string // containerd runtime, e.g. io.containerd.runc.v2
+	RuncBinary  string // OCI runtime binary name or path (runc, runsc…)
+	RuncRoot    string // private runc state root
+	Snapshotter string
+	StateDir    string // per-run files and FIFOs
+
+	Languages []LanguageSpec
+	Limits    oci.Limits
+	// CompileCPUs is the CPU quota of a compile step (compilers are
+	// CPU-bound and trusted more than the program they build).
+	CompileCPUs float64
+	// UserNS maps sandbox ids into an unprivileged host range; nil runs
+	// without a user namespace.
+	UserNS      *oci.IDMap
+	OutputBytes int64 // cap per stream
+	// DialTimeout bounds how long a call waits for containerd to answer.
+	DialTimeout time.Duration
+
+	Logger *slog.Logger
+}
+
+// Defaults fills zero fields.
+func (c *Config) Defaults() {
+	if c.Address == "" {
+		c.Address = "/run/containerd/containerd.sock"
+	}
+	if c.Namespace == "" {
+		c.Namespace = "sandpit"
+	}
+	if c.Instance == "" {
+		c.Instance = "default"
+	}
+	if c.RuntimeName == "" {
+		c.RuntimeName = "io.containerd.runc.v2"
+	}
+	if c.RuncBinary == "" {
+		c.RuncBinary = "runc"
+	}
+	if c.RuncRoot == "" {
+		c.RuncRoot = "/run/sandpit/runc"
+	}
+	if c.Snapshotter == "" {
+		c.Snapshotter = "overlayfs"
+	}
+	if c.StateDir == "" {
+		c.StateDir = "/run/sandpit/state"
+	}
+	c.Limits = c.Limits.WithDefaults()
+	if c.CompileCPUs <= 0 {
+		c.CompileCPUs = 2
+	}
+	if c.OutputBytes <= 0 {
+		c.OutputBytes = 64 << 10
+	}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = 3 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Runtime runs requests in fresh sandboxes. It is safe for concurrent use.
+type Runtime struct {
+	cfg   Config
+	log   *slog.Logger
+	langs map[string]*LanguageSpec
+
+	mu      sync.Mutex
+	client  *containerd.Client
+	swept   bool
+	images  map[string]containerd.Image
+	version string
+	live    map[string]bool // run ids in progress, which Sweep must not touch
+}
+
+// New validates the configuration. It does not connect: containerd may come
+// up later, and every Run reports clearly when it is not there.
+func New(cfg Config) (*Runtime, error) {
+	cfg.Defaults()
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("limits: %w", err)
+	}
+	if len(cfg.Languages) == 0 {
+		return nil, errors.New("no languages configured (use DefaultLanguages with the image ref)")
+	}
+	r := &Runtime{cfg: cfg, log: cfg.Logger, langs: map[string]*LanguageSpec{}, images: map[string]containerd.Image{}, live: map[string]bool{}}
+	for i := range cfg.Languages {
+		l := &cfg.Languages[i]
+		r.langs[l.Name] = l
+		for _, a := range l.Aliases {
+			r.langs[a] = l
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "runs"), 0o711); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	return r, nil
+}
+
+// Config returns the configuration in effect, defaults filled.
+func (r *Runtime) Config() Config { return r.cfg }
+
+// Close releases the containerd connection.
+func (r *Runtime) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.client != nil {
+		err := r.client.Close()
+		r.client = nil
+		return err
+	}
+	return nil
+}
+
+func (r *Runtime) nsctx(ctx context.Context) context.Context {
+	return namespaces.WithNamespace(ctx, r.cfg.Namespace)
+}
+
+// connect returns a live client, dialling (and sweeping, the first time) as
+// needed. It never waits longer than DialTimeout for an absent daemon.
+func (r *Runtime) connect(ctx context.Context) (*containerd.Client, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.client != nil {
+		return r.client, nil
+	}
+	if _, err := os.Stat(r.cfg.Address); err != nil {
+		return nil, &UnavailableError{Address: r.cfg.Address, Err: errors.New("socket does not exist")}
+	}
+	dctx, cancel := context.WithTimeout(ctx, r.cfg.DialTimeout)
+	defer cancel()
+	c, err := containerd.New(r.cfg.Address,
+		containerd.WithDefaultNamespace(r.cfg.Namespace),
+		containerd.WithTimeout(r.cfg.DialTimeout),
+	)
+	if err != nil {
+		return nil, &UnavailableError{Address: r.cfg.Address, Err: err}
+	}
+	v, err := c.Version(dctx)
+	if err != nil {
+		c.Close()
+		return nil, &UnavailableError{Address: r.cfg.Address, Err: err}
+	}
+	r.client = c
+	r.version = v.Version
+	if !r.swept {
+		r.swept = true
+		if err := r.sweep(r.nsctx(ctx), c); err != nil {
+			r.log.Warn("janitor: sweeping leftovers failed", "err", err)
+		}
+	}
+	return c, nil
+}
+
+// dropClient forgets a client whose daemon went away, so the next call redials.
+func (r *Runtime) dropClient(c *containerd.Client) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.client == c {
+		r.client.Close()
+		r.client = nil
+	}
+}
+
+func (r *Runtime) image(ctx context.Context, c *containerd.Client, ref string) (containerd.Image, error) {
+	r.mu.Lock()
+	img, ok := r.images[ref]
+	r.mu.Unlock()
+	if ok {
+		return img, nil
+	}
+	img, err := c.GetImage(ctx, ref)
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w (hint: run `sandpit images build`)", ref, errors.Join(ErrImageMissing, err))
+	}
+	unpacked, err := img.IsUnpacked(ctx, r.cfg.Snapshotter)
+	if err != nil || !unpacked {
+		if err := img.Unpack(ctx, r.cfg.Snapshotter); err != nil {
+			return nil, fmt.Errorf("image %s is not unpacked for %s: %w (hint: run `sandpit images build --force`)", ref, r.cfg.Snapshotter, errors.Join(ErrImageMissing, err))
+		}
+	}
+	r.mu.Lock()
+	r.images[ref] = img
+	r.mu.Unlock()
+	return img, nil
+}
+
+// Lookup resolves a language name or alias, case-insensitively.
+func (r *Runtime) Lookup(name string) (*LanguageSpec, error) {
+	l, ok := r.langs[strings.ToLower(strings.TrimSpace(name))]
+	if !ok {
+		var names []string
+		for _, l := range r.cfg.Languages {
+			names = append(names, l.Name)
+		}
+		return nil, fmt.Errorf("%w %q: supported languages are %s", ErrUnknownLanguage, name, strings.Join(names, ", "))
+	}
+	return l, nil
+}
+
+// Languages lists the configured languages with the versions recorded in
+// their images, when the images can be read.
+func (r *Runtime) Languages() []Language {
+	out := make([]Language, 0, len(r.cfg.Languages))
+	versions := r.imageVersions()
+	for _, l := range r.cfg.Languages {
+		v := versions[l.Image]["org.sandpit.version."+l.Name]
+		if v == "" {
+			v = "unknown (image not built yet)"
+		}
+		out = append(out, Language{Name: l.Name, Image: l.Image, Version: v, Description: l.Description, Aliases: l.Aliases})
+	}
+	return out
+}
+
+func (r *Runtime) imageVersions() map[string]map[string]string {
+	out := map[string]map[string]string{}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.DialTimeout)
+	defer cancel()
+	ctx = r.nsctx(ctx)
+	c, err := r.connect(ctx)
+	if err != nil {
+		return out
+	}
+	for _, l := range r.cfg.Languages {
+		if _, ok := out[l.Image]; ok {
+			continue
+		}
+		img, err := r.image(ctx, c, l.Image)
+		if err != nil {
+			continue
+		}
+		cfg, err := img.Spec(ctx)
+		if err != nil {
+			continue
+		}
+		out[l.Image] = cfg.Config.Labels
+	}
+	return out
+}
+
+func newRunID() string {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return hex.EncodeToString(b)
+}
+
+func (r *Runtime) runcOptions() containerd.NewContainerOpts {
+	return containerd.WithRuntime(r.cfg.RuntimeName, &options.Options{
+		BinaryName: r.cfg.RuncBinary,
+		Root:       r.cfg.RuncRoot,
+	})
+}
