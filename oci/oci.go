@@ -104,6 +104,11 @@ type IDMap struct {
 	Size     uint32
 }
 
+// DefaultIDMap is the host range sandboxes map to: 65536 ids from
+// 1879048192 (0x70000000), far above the ranges useradd and /etc/subuid hand
+// out, so no host user owns a file or process a sandbox can reach.
+func DefaultIDMap() IDMap { return IDMap{HostBase: 0x70000000, Size: 65536} }
+
 // Profile is everything WithHardening needs. Its zero value plus a Limits
 // gives the strictest sandbox; fields only ever loosen or add.
 type Profile struct {

@@ -29,6 +29,11 @@ func main() {
 		},
 		Commands: []*cli.Command{
 			// one line per command; each lives in its own file
+			serveCommand(),
+			runCommand(),
+			gcCommand(),
+			doctorCommand(),
+			versionCommand(),
 		},
 	}
 	if err := app.Run(os.Args); err != nil {

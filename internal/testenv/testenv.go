@@ -10,7 +10,31 @@ package testenv
 import (
 	"os"
 	"testing"
+
+	"github.com/sandpit-dev/sandpit/oci"
 )
+
+// DefaultImage is the image `sandpit images build` makes (images.DefaultRef;
+// a test in package images keeps the two equal).
+const DefaultImage = "sandpit.local/toolchain:bookworm"
+
+// Image is the image ref integration tests run.
+func Image() string {
+	if ref := os.Getenv(EnvImage); ref != "" {
+		return ref
+	}
+	return DefaultImage
+}
+
+// IDMap is the user namespace map tests run with: the server's default,
+// unless SANDPIT_TEST_USERNS=0 turns user namespaces off.
+func IDMap() *oci.IDMap {
+	if os.Getenv("SANDPIT_TEST_USERNS") == "0" {
+		return nil
+	}
+	m := oci.DefaultIDMap()
+	return &m
+}
 
 // Env names shared with scripts/test.sh.
 const (

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/containerd/containerd"
+	"github.com/urfave/cli/v2"
+
+	"github.com/sandpit-dev/sandpit/images"
+	"github.com/sandpit-dev/sandpit/oci"
+	"github.com/sandpit-dev/sandpit/runtime"
+)
+
+// containerdFlags say which containerd to use and how sandboxes run there.
+func containerdFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "address", Usage: "containerd socket (default: the system daemon if it answers, else sandpit's private one, started on demand)", EnvVars: []string{"SANDPIT_CONTAINERD_ADDRESS"}},
+		&cli.StringFlag{Name: "namespace", Value: "sandpit", Usage: "containerd namespace for sandboxes and images", EnvVars: []string{"SANDPIT_NAMESPACE"}},
+		&cli.StringFlag{Name: "instance", Value: "default", Usage: "label scoping this server's sandboxes; the janitor removes only its own", EnvVars: []string{"SANDPIT_INSTANCE"}},
+		&cli.StringFlag{Name: "private-dir", Value: "/run/sandpit/containerd", Usage: "sockets and state of the private containerd"},
+		&cli.StringFlag{Name: "private-root", Value: "/var/lib/sandpit/containerd", Usage: "persistent data of the private containerd"},
+		&cli.BoolFlag{Name: "no-start", Usage: "never start a private containerd"},
+		&cli.StringFlag{Name: "runtime", Value: "io.containerd.runc.v2", Usage: "containerd runtime (shim) name"},
+		&cli.StringFlag{Name: "runc-binary", Value: "runc", Usage: "OCI runtime binary for the shim: runc, or runsc (gVisor) where installed"},
+		&cli.StringFlag{Name: "state-dir", Value: "/run/sandpit/state", Usage: "per-run files and FIFOs"},
+		&cli.BoolFlag{Name: "userns", Value: true, Usage: "run sandboxes in a user namespace mapped to an unprivileged host range"},
+		&cli.Int64Flag{Name: "memory-mb", Value: 512, Usage: "memory limit per sandbox (MiB, no swap)"},
+		&cli.Int64Flag{Name: "pids", Value: 128, Usage: "process limit per sandbox"},
+		&cli.Float64Flag{Name: "cpus", Value: 1, Usage: "CPU quota per sandbox"},
+		&cli.Int64Flag{Name: "output-kb", Value: 64, Usage: "output kept per stream (KiB); the rest is counted and dropped"},
+	}
+}
+
+// address resolves the containerd socket, starting the private daemon when
+// allowed and needed. The error, if any, is also returned so callers that can
+// run without a daemon (serve) log it and go on.
+func address(c *cli.Context) (string, error) {
+	return runtime.Resolve(c.Context, c.String("address"), privateDaemon(c), !c.Bool("no-start"), slog.Default())
+}
+
+func privateDaemon(c *cli.Context) runtime.PrivateDaemon {
+	return runtime.PrivateDaemon{Dir: c.String("private-dir"), Root: c.String("private-root")}
+}
+
+// dial connects to containerd for commands that need a client directly.
+func dial(c *cli.Context) (*containerd.Client, error) {
+	addr, err := address(c)
+	if err != nil {
+		return nil, err
+	}
+	client, err := containerd.New(addr, containerd.WithDefaultNamespace(c.String("namespace")), containerd.WithTimeout(3*time.Second))
+	if err != nil {
+		return nil, &runtime.UnavailableError{Address: addr, Err: err}
+	}
+	return client, nil
+}
+
+// runtimeConfig builds the runtime configuration from flags.
+func runtimeConfig(c *cli.Context, addr string) runtime.Config {
+	cfg := runtime.Config{
+		Address:     addr,
+		Namespace:   c.String("namespace"),
+		Instance:    c.String("instance"),
+		RuntimeName: c.String("runtime"),
+		RuncBinary:  c.String("runc-binary"),
+		StateDir:    c.String("state-dir"),
+		Languages:   runtime.DefaultLanguages(images.DefaultRef),
+		Limits: oci.Limits{
+			MemoryBytes: c.Int64("memory-mb") << 20,
+			PidsMax:     c.Int64("pids"),
+			CPUs:        c.Float64("cpus"),
+		},
+		OutputBytes: c.Int64("output-kb") << 10,
+		Logger:      slog.Default(),
+	}
+	if c.Bool("userns") {
+		m := oci.DefaultIDMap()
+		cfg.UserNS = &m
+	}
+	return cfg
+}
+
+// newRuntime resolves containerd and builds the runtime. A daemon that cannot
+// be reached is not fatal: the runtime reports it on every call.
+func newRuntime(c *cli.Context) (*runtime.Runtime, error) {
+	addr, err := address(c)
+	if err != nil {
+		slog.Warn("containerd unavailable; runs will fail until it is", "err", err)
+	}
+	return runtime.New(runtimeConfig(c, addr))
+}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/sandpit-dev/sandpit/runtime"
+)
+
+func runCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "run one snippet in a sandbox and print the result",
+		ArgsUsage: "[CODE | -f FILE] [-- ARGS...]",
+		Description: `Runs code the way run_code does and prints its output. The exit status is
+the program's. Examples:
+   sandpit run -l python 'print(1)'
+   sandpit run -f hello.c
+   echo data | sandpit run -l bash --stdin 'tr a-z A-Z'`,
+		Flags: append(containerdFlags(),
+			&cli.StringFlag{Name: "language", Aliases: []string{"l"}, Usage: "python, c, cpp or bash (default: from the file extension)"},
+			&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Usage: "read the code from this file"},
+			&cli.BoolFlag{Name: "stdin", Usage: "pass this command's standard input to the program"},
+			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second},
+			&cli.BoolFlag{Name: "json", Usage: "print the whole result as JSON"},
+		),
+		Action: func(c *cli.Context) error {
+			req, err := runRequest(c)
+			if err != nil {
+				return err
+			}
+			rt, err := newRuntime(c)
+			if err != nil {
+				return err
+			}
+			defer rt.Close()
+			res, err := rt.Run(c.Context, req)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				enc := json.NewEncoder(c.App.Writer)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(res); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprint(c.App.Writer, res.Stdout)
+				fmt.Fprint(c.App.ErrWriter, res.Stderr)
+				if res.Status != runtime.StatusSuccess {
+					fmt.Fprintf(c.App.ErrWriter, "sandpit: %s (exit code %d) in %d ms\n", res.Status, res.ExitCode, res.DurationMS)
+				}
+			}
+			if res.ExitCode != 0 || res.Status != runtime.StatusSuccess {
+				return cli.Exit("", max(res.ExitCode, 1))
+			}
+			return nil
+		},
+	}
+}
+
+var extLanguages = map[string]string{".py": "python", ".c": "c", ".cc": "cpp", ".cpp": "cpp", ".cxx": "cpp", ".sh": "bash", ".bash": "bash"}
+
+func runRequest(c *cli.Context) (runtime.Request, error) {
+	req := runtime.Request{Language: c.String("language"), Timeout: c.Duration("timeout")}
+	args := c.Args().Slice()
+	switch f := c.String("file"); {
+	case f != "":
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return req, err
+		}
+		req.Code = string(b)
+		if req.Language == "" {
+			req.Language = extLanguages[strings.ToLower(filepath.Ext(f))]
+		}
+		req.Args = args
+	case len(args) > 0:
+		req.Code, req.Args = args[0], args[1:]
+	default:
+		return req, errors.New("give the code as an argument or with -f FILE")
+	}
+	if req.Language == "" {
+		return req, errors.New("say which language with -l (python, c, cpp, bash)")
+	}
+	if c.Bool("stdin") {
+		b, err := io.ReadAll(io.LimitReader(os.Stdin, 64<<20))
+		if err != nil {
+			return req, err
+		}
+		req.Stdin = b
+	}
+	return req, nil
+}

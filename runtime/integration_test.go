@@ -1,0 +1,345 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/snapshots"
+
+	"github.com/sandpit-dev/sandpit/internal/testenv"
+	"github.com/sandpit-dev/sandpit/oci"
+	"github.com/sandpit-dev/sandpit/runtime"
+)
+
+// newRuntime returns a runtime on the test containerd with its own instance
+// label, so its janitor and leak checks see only this test's sandboxes.
+func newRuntime(t *testing.T, mod ...func(*runtime.Config)) *runtime.Runtime {
+	t.Helper()
+	addr := testenv.Containerd(t)
+	cfg := runtime.Config{
+		Address:   addr,
+		Namespace: testenv.Namespace,
+		Instance:  "test-" + strings.ReplaceAll(t.Name(), "/", "-"),
+		StateDir:  t.TempDir(),
+		Languages: runtime.DefaultLanguages(testenv.Image()),
+		UserNS:    testenv.IDMap(),
+	}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	r, err := runtime.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		assertNothingLeft(t, addr, cfg.Instance)
+		r.Close()
+	})
+	return r
+}
+
+// assertNothingLeft checks containerd for containers, tasks and snapshots
+// carrying the instance label.
+func assertNothingLeft(t *testing.T, addr, instance string) {
+	t.Helper()
+	c, err := containerd.New(addr)
+	if err != nil {
+		t.Fatalf("leak check: %v", err)
+	}
+	defer c.Close()
+	ctx := namespaces.WithNamespace(context.Background(), testenv.Namespace)
+	filter := fmt.Sprintf("labels.%q==%q", runtime.LabelInstance, instance)
+	ctrs, err := c.Containers(ctx, filter)
+	if err != nil {
+		t.Fatalf("leak check: %v", err)
+	}
+	for _, ctr := range ctrs {
+		t.Errorf("container %s left behind", ctr.ID())
+	}
+	n := 0
+	err = c.SnapshotService("overlayfs").Walk(ctx, func(context.Context, snapshots.Info) error { n++; return nil }, filter)
+	if err != nil {
+		t.Fatalf("leak check: %v", err)
+	}
+	if n > 0 {
+		t.Errorf("%d snapshots left behind", n)
+	}
+}
+
+func run(t *testing.T, r *runtime.Runtime, req runtime.Request) *runtime.Result {
+	t.Helper()
+	if req.Timeout == 0 {
+		req.Timeout = 20 * time.Second
+	}
+	res, err := r.Run(t.Context(), req)
+	if err != nil {
+		t.Fatalf("Run(%s): %v", req.Language, err)
+	}
+	return res
+}
+
+func TestRunPrograms(t *testing.T) {
+	r := newRuntime(t)
+	tests := []struct {
+		name      string
+		req       runtime.Request
+		status    runtime.Status
+		exit      int
+		stdout    string // exact, unless empty
+		stderrHas string
+		stdoutHas string
+	}{
+		{name: "python ok", req: runtime.Request{Language: "python", Code: "print('ok')"}, status: runtime.StatusSuccess, stdout: "ok\n"},
+		{name: "python exit 3", req: runtime.Request{Language: "python", Code: "import sys; sys.exit(3)"}, status: runtime.StatusError, exit: 3},
+		{name: "python exception", req: runtime.Request{Language: "Python", Code: "def f():\n    raise ValueError('boom')\nf()\n"}, status: runtime.StatusError, exit: 1, stderrHas: "ValueError: boom"},
+		{name: "python stdin", req: runtime.Request{Language: "python", Code: "import sys; print(sys.stdin.read().upper(), end='')", Stdin: []byte("hello\n")}, status: runtime.StatusSuccess, stdout: "HELLO\n"},
+		{name: "python args", req: runtime.Request{Language: "python", Code: "import sys; print(sys.argv[1:], __name__)", Args: []string{"a", "b c"}}, status: runtime.StatusSuccess, stdout: "['a', 'b c'] __main__\n"},
+		{name: "python json module", req: runtime.Request{Language: "python", Code: "import json, ctypes; print(json.dumps({'a': 1}))"}, status: runtime.StatusSuccess, stdout: "{\"a\": 1}\n"},
+		{name: "c hello", req: runtime.Request{Language: "c", Code: "#include <stdio.h>\nint main(void){puts(\"hello c\");return 0;}\n"}, status: runtime.StatusSuccess, stdout: "hello c\n"},
+		{name: "c exit code", req: runtime.Request{Language: "c", Code: "int main(void){return 7;}\n"}, status: runtime.StatusError, exit: 7},
+		{name: "c syntax error", req: runtime.Request{Language: "c", Code: "int main(void){ return 0 }\n"}, status: runtime.StatusCompileError, stderrHas: "error"},
+		{name: "cpp hello", req: runtime.Request{Language: "cpp", Code: "#include <iostream>\nint main(){std::cout << \"hello cpp\" << std::endl;}\n"}, status: runtime.StatusSuccess, stdout: "hello cpp\n"},
+		{name: "cpp syntax error", req: runtime.Request{Language: "C++", Code: "int main( { }\n"}, status: runtime.StatusCompileError, stderrHas: "error"},
+		{name: "bash", req: runtime.Request{Language: "bash", Code: "echo \"$((6*7))\"; echo err >&2; exit 4"}, status: runtime.StatusError, exit: 4, stdout: "42\n", stderrHas: "err"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := run(t, r, tt.req)
+			if res.Status != tt.status || res.ExitCode != tt.exit {
+				t.Errorf("status, exit = %s, %d; want %s, %d\nstdout: %s\nstderr: %s", res.Status, res.ExitCode, tt.status, tt.exit, res.Stdout, res.Stderr)
+			}
+			if tt.stdout != "" && res.Stdout != tt.stdout {
+				t.Errorf("stdout = %q, want %q", res.Stdout, tt.stdout)
+			}
+			if !strings.Contains(res.Stderr, tt.stderrHas) {
+				t.Errorf("stderr = %q, want it to contain %q", res.Stderr, tt.stderrHas)
+			}
+			if res.ID == "" || res.DurationMS <= 0 {
+				t.Errorf("id %q duration %d ms: want both set", res.ID, res.DurationMS)
+			}
+		})
+	}
+}
+
+func TestTimeoutKillsAndCleansUp(t *testing.T) {
+	r := newRuntime(t)
+	start := time.Now()
+	res := run(t, r, runtime.Request{Language: "python", Code: "while True: pass", Timeout: 2 * time.Second})
+	took := time.Since(start)
+	if res.Status != runtime.StatusTimeout {
+		t.Fatalf("status = %s, want timeout", res.Status)
+	}
+	if took < 2*time.Second {
+		t.Errorf("returned after %s, before the 2s timeout", took)
+	}
+	// A busy loop under a 1-CPU quota burns CPU for most of its wall time.
+	if res.Usage.CPUUserMS+res.Usage.CPUSystemMS < 500 {
+		t.Errorf("cpu usage %+v: expected the loop's CPU time to be measured", res.Usage)
+	}
+	// assertNothingLeft in cleanup checks containers and snapshots; check ctr too.
+	out, err := exec.Command("ctr", "--address", testenv.Containerd(t), "-n", testenv.Namespace, "tasks", "ls").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ctr tasks ls: %v: %s", err, out)
+	}
+	if strings.Contains(string(out), res.ID) {
+		t.Errorf("task of run %s still listed:\n%s", res.ID, out)
+	}
+}
+
+func TestOutputIsCapped(t *testing.T) {
+	r := newRuntime(t)
+	res := run(t, r, runtime.Request{Language: "python", Code: "import sys\nsys.stdout.write('x' * 200 * 1024)\nsys.stderr.write('y' * 10)\n"})
+	if res.Status != runtime.StatusSuccess {
+		t.Fatalf("status = %s: %s", res.Status, res.Stderr)
+	}
+	if !res.StdoutTruncated || res.StdoutBytes != 200*1024 {
+		t.Errorf("truncated=%v bytes=%d, want true and %d", res.StdoutTruncated, res.StdoutBytes, 200*1024)
+	}
+	if !strings.Contains(res.Stdout, "output truncated") {
+		t.Errorf("stdout lacks the truncation marker: ...%s", res.Stdout[max(0, len(res.Stdout)-100):])
+	}
+	if got := strings.Count(res.Stdout, "x"); int64(got) != res.Limits.OutputBytes {
+		t.Errorf("kept %d bytes, want the cap %d", got, res.Limits.OutputBytes)
+	}
+	if res.StderrTruncated || res.Stderr != "yyyyyyyyyy" {
+		t.Errorf("stderr = %q truncated=%v", res.Stderr, res.StderrTruncated)
+	}
+}
+
+func TestOutputFloodIsDrained(t *testing.T) {
+	r := newRuntime(t)
+	// 1 GiB to stdout: the copier must keep draining (or the program would
+	// block on a full pipe) while keeping only the cap.
+	res := run(t, r, runtime.Request{Language: "bash", Code: "head -c 1073741824 /dev/zero; echo done >&2", Timeout: 50 * time.Second})
+	if res.Status != runtime.StatusSuccess || !strings.Contains(res.Stderr, "done") {
+		t.Fatalf("status %s stderr %q: want success after a drained flood", res.Status, res.Stderr)
+	}
+	if res.StdoutBytes != 1<<30 || !res.StdoutTruncated {
+		t.Errorf("stdout bytes %d truncated %v", res.StdoutBytes, res.StdoutTruncated)
+	}
+}
+
+func TestMemoryHogIsOOM(t *testing.T) {
+	r := newRuntime(t, func(c *runtime.Config) { c.Limits.MemoryBytes = 128 << 20; c.Limits.TmpfsBytes = 16 << 20 })
+	res := run(t, r, runtime.Request{Language: "python", Code: "b = []\nwhile True:\n    b.append(bytearray(16 << 20))\n"})
+	if res.Status != runtime.StatusOOM || !res.Usage.OOMKilled {
+		t.Fatalf("status = %s usage %+v, want oom\nstderr: %s", res.Status, res.Usage, res.Stderr)
+	}
+	if res.Usage.MemoryPeakBytes < 64<<20 {
+		t.Errorf("peak memory %d: expected near the 128 MiB limit", res.Usage.MemoryPeakBytes)
+	}
+}
+
+func TestChildOOMIsDetected(t *testing.T) {
+	// Only a child dies; the program itself exits 0. Exit codes alone would miss it.
+	r := newRuntime(t, func(c *runtime.Config) { c.Limits.MemoryBytes = 128 << 20; c.Limits.TmpfsBytes = 16 << 20 })
+	res := run(t, r, runtime.Request{Language: "bash", Code: "python3 -c 'x = bytearray(512 << 20)' ; exit 0"})
+	if res.Status != runtime.StatusOOM {
+		t.Fatalf("status = %s exit %d, want oom", res.Status, res.ExitCode)
+	}
+}
+
+func TestSecurityFromInside(t *testing.T) {
+	r := newRuntime(t)
+	tests := []struct {
+		name, lang, code string
+		wantOut          string
+	}{
+		{"no new privs", "bash", "grep NoNewPrivs /proc/self/status", "NoNewPrivs:\t1"},
+		{"no effective caps", "bash", "grep CapEff /proc/self/status", "CapEff:\t0000000000000000"},
+		{"no bounding caps", "bash", "grep CapBnd /proc/self/status", "CapBnd:\t0000000000000000"},
+		{"seccomp filter", "bash", "grep Seccomp: /proc/self/status", "Seccomp:\t2"},
+		{"non-root", "bash", "id -u", "1000"},
+		{"read-only root", "bash", "touch /usr/x 2>&1; echo rc=$?", "Read-only file system"},
+		{"no network", "python", "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 80), timeout=3)\n    print('CONNECTED')\nexcept OSError as e:\n    print('blocked', e)\n", "blocked"},
+		{"only loopback", "bash", "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '", "lo\n"},
+		{"tmp is noexec", "bash", "cp /bin/true /tmp/t && /tmp/t 2>&1; echo rc=$?", "Permission denied"},
+		{"fork bomb contained", "bash", "f(){ f | f & }; f 2>/dev/null; sleep 2; echo survived", "survived"},
+		{"no host env", "bash", "env | grep -c SANDPIT_SECRET_CANARY || true", "0"},
+	}
+	os.Setenv("SANDPIT_SECRET_CANARY", "leak-me")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := run(t, r, runtime.Request{Language: tt.lang, Code: tt.code, Timeout: 15 * time.Second})
+			got := res.Stdout + res.Stderr
+			if !strings.Contains(got, tt.wantOut) {
+				t.Errorf("output %q does not contain %q (status %s)", got, tt.wantOut, res.Status)
+			}
+		})
+	}
+}
+
+func TestSandboxRunsAsMappedHostUID(t *testing.T) {
+	m := testenv.IDMap()
+	if m == nil {
+		t.Skip("user namespace disabled by SANDPIT_TEST_USERNS=0")
+	}
+	r := newRuntime(t)
+	// While the sandbox sleeps, find its process on the host and check its uid.
+	done := make(chan *runtime.Result)
+	go func() {
+		res, _ := r.Run(context.Background(), runtime.Request{Language: "bash", Code: "exec -a sandpit-uid-probe sleep 5", Timeout: 20 * time.Second})
+		done <- res
+	}()
+	want := fmt.Sprint(m.HostBase + oci.SandboxUID)
+	found := false
+	for i := 0; i < 100 && !found; i++ {
+		time.Sleep(100 * time.Millisecond)
+		out, _ := exec.Command("ps", "-eo", "uid=,args=").Output()
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.Contains(line, "sandpit-uid-probe") {
+				f := strings.Fields(line)
+				if f[0] != want {
+					t.Errorf("sandbox process runs as host uid %s, want %s", f[0], want)
+				}
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Error("sandbox process not seen on the host")
+	}
+	<-done
+}
+
+func TestJanitorRemovesOrphans(t *testing.T) {
+	addr := testenv.Containerd(t)
+	instance := "test-janitor"
+	state := t.TempDir()
+	cfg := runtime.Config{Address: addr, Namespace: testenv.Namespace, Instance: instance, StateDir: state, Languages: runtime.DefaultLanguages(testenv.Image()), UserNS: testenv.IDMap()}
+	// A "crashed server": start a long run and abandon it by cancelling
+	// nothing — the process that owns it is the test binary itself, so
+	// simulate the crash by running a second runtime's sweep while it runs.
+	r1, err := runtime.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r1.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r1.Run(ctx, runtime.Request{Language: "bash", Code: "sleep 60", Timeout: 60 * time.Second})
+	}()
+	// Wait for its container to exist.
+	c, err := containerd.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	nctx := namespaces.WithNamespace(context.Background(), testenv.Namespace)
+	filter := fmt.Sprintf("labels.%q==%q", runtime.LabelInstance, instance)
+	for i := 0; i < 100; i++ {
+		if ctrs, _ := c.Containers(nctx, filter); len(ctrs) > 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// A second server with the same instance (the restart) sweeps at first use.
+	cfg.StateDir = filepath.Join(state, "second")
+	r2, err := runtime.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close()
+	n, err := r2.Sweep(context.Background())
+	if err != nil {
+		t.Fatalf("sweep: %v", err)
+	}
+	if n != 1 {
+		t.Errorf("swept %d sandboxes, want 1", n)
+	}
+	cancel()
+	wg.Wait()
+	assertNothingLeft(t, addr, instance)
+}
+
+func TestUnknownLanguageAndMissingDaemon(t *testing.T) {
+	r, err := runtime.New(runtime.Config{Address: "/nonexistent/containerd.sock", StateDir: t.TempDir(), Languages: runtime.DefaultLanguages("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Run(t.Context(), runtime.Request{Language: "cobol", Code: "x"}); !errors.Is(err, runtime.ErrUnknownLanguage) {
+		t.Errorf("unknown language: err = %v", err)
+	}
+	start := time.Now()
+	_, err = r.Run(t.Context(), runtime.Request{Language: "python", Code: "print(1)"})
+	if !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "/nonexistent/containerd.sock") {
+		t.Errorf("missing daemon: err = %v, want ErrUnavailable naming the socket", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %s to report a missing daemon", d)
+	}
+}
