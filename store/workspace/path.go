@@ -27,7 +27,7 @@ func Clean(p string) (string, error) {
 		return "", pathErr(op, p[:64]+"...", ErrInvalidPath, "the path is %d bytes long, at most %d are allowed", len(p), MaxPathBytes)
 	}
 	if p == MountPoint || strings.HasPrefix(p, MountPoint+"/") {
-		p = strings.TrimPrefix(p, MountPoint)
+		p = "." + strings.TrimPrefix(p, MountPoint)
 	}
 	if strings.HasPrefix(p, "/") {
 		return "", pathErr(op, p, ErrOutsideWorkspace, "use a path relative to the workspace, e.g. %q, or one under %s", strings.TrimLeft(path.Base(p), "/"), MountPoint)

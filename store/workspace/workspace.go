@@ -35,7 +35,7 @@ type Options struct {
 	// StateDir holds per-run directories (<StateDir>/runs/<runID>). Without it
 	// runs bind the workspace directly (no quota, no atomic write-back).
 	StateDir string
-	Owner    Owner
+	Owner    Owner // zero: DefaultOwner (root) or the current user
 	// Quota bounds the bytes a single run may write (its changes, not the
 	// whole workspace): the run gets ENOSPC beyond it. Default 1 GiB.
 	Quota int64
@@ -58,8 +58,11 @@ type Options struct {
 }
 
 func (o *Options) defaults() {
-	if o.Owner == (Owner{}) && os.Geteuid() != 0 {
-		o.Owner = Owner{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}
+	if o.Owner == (Owner{}) {
+		o.Owner = DefaultOwner
+		if os.Geteuid() != 0 { // files are ours whatever we ask
+			o.Owner = Owner{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}
+		}
 	}
 	if o.Quota <= 0 {
 		o.Quota = 1 << 30

@@ -1,0 +1,281 @@
+package workspace
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandpit-dev/sandpit/runtime"
+)
+
+// sandboxOwner stands for base+1000 of a user namespace mapping.
+var sandboxOwner = Owner{UID: 101000, GID: 101000}
+
+func needRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount overlays")
+	}
+}
+
+// runAs runs a shell script in dir as the sandbox user, as a run would.
+func runAs(t testing.TB, o Owner, dir, script string) (string, error) {
+	t.Helper()
+	cmd := exec.Command("setpriv", fmt.Sprintf("--reuid=%d", o.UID), fmt.Sprintf("--regid=%d", o.GID), "--clear-groups", "sh", "-c", script)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func TestViewWritesBackOnClose(t *testing.T) {
+	needRoot(t)
+	ctx := t.Context()
+	w := newWS(t, Options{Owner: sandboxOwner})
+	if !w.Isolated() {
+		t.Fatal("overlay views unavailable as root")
+	}
+	outside := filepath.Join(filepath.Dir(w.Dir()), "outside")
+	mustDo(t, os.WriteFile(outside, []byte("outside"), 0o644))
+	for p, data := range map[string]string{"keep.txt": "keep", "edit.txt": "old", "gone.txt": "bye", "dir/a": "a", "dir/b": "b", "olddir/x": "x", "opaque/old": "old"} {
+		mustDo2(t)(w.Write(ctx, p, []byte(data)))
+	}
+	v, err := w.Open(ctx, "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := runAs(t, sandboxOwner, v.Dir(), `set -e
+		echo new >> edit.txt
+		rm gone.txt
+		rm -r olddir
+		rm -rf opaque && mkdir opaque && echo fresh > opaque/new
+		mkdir -p made/deep && printf 'csv,1\n' > made/deep/out.csv
+		ln -s / escape
+		ln -s `+outside+` outlink
+		mkfifo fifo
+		ln keep.txt hardlink
+	`)
+	if err != nil {
+		t.Fatalf("run: %v: %s", err, out)
+	}
+	// Nothing is visible until Close.
+	if _, err := os.Stat(filepath.Join(w.Dir(), "made")); err == nil {
+		t.Error("a run's file is visible in the workspace before Close")
+	}
+	ch, err := v.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &runtime.Changes{
+		Created:  []string{"hardlink", "made/deep/out.csv", "opaque/new"},
+		Modified: []string{"edit.txt", "keep.txt"},
+		Deleted:  []string{"gone.txt", "olddir/", "opaque/old"},
+	}
+	if fmt.Sprint(ch) != fmt.Sprint(want) {
+		t.Errorf("Changes = %+v\nwant      %+v", ch, want)
+	}
+	for p, wantData := range map[string]string{"edit.txt": "oldnew\n", "keep.txt": "keep", "made/deep/out.csv": "csv,1\n", "opaque/new": "fresh\n", "hardlink": "keep", "dir/a": "a"} {
+		got, err := w.Read(ctx, p, 0, 0)
+		if err != nil {
+			t.Errorf("Read(%s): %v", p, err)
+			continue
+		}
+		if string(got.Data) != wantData {
+			t.Errorf("Read(%s) = %q, want %q", p, got.Data, wantData)
+		}
+	}
+	for _, p := range []string{"gone.txt", "olddir", "opaque/old", "escape", "outlink", "fifo"} {
+		if _, err := os.Lstat(filepath.Join(w.Dir(), p)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s exists after the merge (err %v)", p, err)
+		}
+	}
+	// Everything that came back is a regular file or directory owned by the
+	// sandbox user, with one link.
+	filepath.WalkDir(w.Dir(), func(p string, d fs.DirEntry, err error) error {
+		fi, _ := d.Info()
+		st := fi.Sys().(*syscall.Stat_t)
+		if !fi.IsDir() && !fi.Mode().IsRegular() || st.Uid != sandboxOwner.UID || st.Gid != sandboxOwner.GID || !fi.IsDir() && st.Nlink != 1 {
+			t.Errorf("%s: mode %v owner %d:%d links %d", p, fi.Mode(), st.Uid, st.Gid, st.Nlink)
+		}
+		return nil
+	})
+	if got, _ := os.ReadFile(outside); string(got) != "outside" {
+		t.Errorf("file outside the workspace changed: %q", got)
+	}
+	if ents, _ := os.ReadDir(w.runsDir()); len(ents) != 0 {
+		t.Errorf("run directories left behind: %v", ents)
+	}
+	// A second run sees the first run's files, as the sandbox user can write them.
+	v2, err := w.Open(ctx, "run-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runAs(t, sandboxOwner, v2.Dir(), `cat made/deep/out.csv && echo more >> made/deep/out.csv && touch newfile`); err != nil {
+		t.Fatalf("second run: %v: %s", err, out)
+	}
+	ch2, err := v2.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ch2.Modified, []string{"made/deep/out.csv"}) || !slices.Equal(ch2.Created, []string{"newfile"}) {
+		t.Errorf("second run's Changes = %+v", ch2)
+	}
+}
+
+func TestViewQuota(t *testing.T) {
+	needRoot(t)
+	ctx := t.Context()
+	const quota = 4 << 20
+	w := newWS(t, Options{Owner: sandboxOwner, Quota: quota})
+	mustDo2(t)(w.Write(ctx, "before", []byte("before")))
+	v, err := w.Open(ctx, "quota")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := runAs(t, sandboxOwner, v.Dir(), `dd if=/dev/zero of=big bs=1M count=12`)
+	if err == nil || !strings.Contains(out, "No space left on device") {
+		t.Fatalf("writing 3× the quota: err %v, output %q; want no space left", err, out)
+	}
+	// The bytes went to the run's tmpfs, not the workspace's disk.
+	var sfs unix.Statfs_t
+	mustDo(t, unix.Statfs(filepath.Join(w.runsDir(), "quota", "changes"), &sfs))
+	if sfs.Type != unix.TMPFS_MAGIC {
+		t.Errorf("changes are on filesystem type %#x, want tmpfs", sfs.Type)
+	}
+	if _, err := os.Stat(filepath.Join(w.Dir(), "big")); err == nil {
+		t.Error("the workspace holds the big file before Close")
+	}
+	ch, err := v.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Documented: what fitted comes back as the run left it.
+	fi, err := os.Stat(filepath.Join(w.Dir(), "big"))
+	if err != nil || fi.Size() > quota || !slices.Equal(ch.Created, []string{"big"}) {
+		t.Errorf("after the run: big %v (err %v), changes %+v; want a file of at most the quota", fi, err, ch)
+	}
+	if got, _ := w.Read(ctx, "before", 0, 0); string(got.Data) != "before" {
+		t.Errorf("an untouched file changed: %q", got.Data)
+	}
+}
+
+// TestViewMergeIsAtomicForReaders reads a file while a run's new version of
+// it is merged: every read is the whole old or the whole new content.
+func TestViewMergeIsAtomicForReaders(t *testing.T) {
+	needRoot(t)
+	ctx := t.Context()
+	w := newWS(t, Options{Owner: sandboxOwner})
+	old, neu := bytes.Repeat([]byte("o"), 64<<10), bytes.Repeat([]byte("n"), 512<<10)
+	mustDo2(t)(w.Write(ctx, "f", old))
+	for i := range 5 {
+		v, err := w.Open(ctx, fmt.Sprintf("r%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := [][]byte{old, neu}[i%2]
+		mustDo(t, os.WriteFile(filepath.Join(v.Dir(), "f"), [][]byte{neu, old}[i%2], 0o644))
+		done := make(chan error)
+		go func() {
+			for {
+				c, err := w.Read(ctx, "f", 0, 0)
+				if err != nil {
+					done <- err
+					return
+				}
+				if !bytes.Equal(c.Data, old) && !bytes.Equal(c.Data, neu) {
+					done <- fmt.Errorf("torn read of %d bytes", len(c.Data))
+					return
+				}
+				if !bytes.Equal(c.Data, want) {
+					done <- nil
+					return
+				}
+			}
+		}()
+		if _, err := v.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestSweepRemovesLeftovers(t *testing.T) {
+	needRoot(t)
+	ctx := t.Context()
+	w := newWS(t, Options{Owner: sandboxOwner})
+	mustDo2(t)(w.Write(ctx, "precious", []byte("keep me")))
+	v, err := w.Open(ctx, "crashed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustDo(t, os.WriteFile(filepath.Join(v.Dir(), "half"), []byte("x"), 0o644))
+	w.runs.RUnlock() // the server "crashed" with the view open
+
+	w2, err := Open(w.Dir(), w.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w2.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(w.runsDir()); len(ents) != 0 {
+		t.Errorf("Sweep left %v", ents)
+	}
+	if got, _ := w2.Read(ctx, "precious", 0, 0); string(got.Data) != "keep me" {
+		t.Errorf("Sweep damaged the workspace: %q", got.Data)
+	}
+	if _, err := os.Stat(filepath.Join(w.Dir(), "half")); err == nil {
+		t.Error("a crashed run's change was merged")
+	}
+}
+
+func TestReplaceRefusedDuringRun(t *testing.T) {
+	needRoot(t)
+	ctx := t.Context()
+	w := newWS(t, Options{Owner: sandboxOwner})
+	v, err := w.Open(ctx, "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = w.Replace(ctx, func(string, *os.Root) error { return nil })
+	if !errors.Is(err, ErrBusy) {
+		t.Errorf("Replace during a run = %v, want ErrBusy", err)
+	}
+	v.Close(ctx)
+	if err := w.Replace(ctx, func(string, *os.Root) error { return nil }); err != nil {
+		t.Errorf("Replace after the run = %v", err)
+	}
+}
+
+func BenchmarkViewNoChange(b *testing.B) {
+	needRoot(b)
+	base := b.TempDir()
+	w, err := Open(filepath.Join(base, "ws"), Options{StateDir: filepath.Join(base, "state"), Owner: sandboxOwner})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 1000 {
+		w.Write(b.Context(), fmt.Sprintf("d%d/f%d", i%10, i), []byte("data"))
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		v, err := w.Open(b.Context(), fmt.Sprintf("bench-%d", i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := v.Close(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
