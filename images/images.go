@@ -28,7 +28,6 @@ import (
 	"github.com/containerd/containerd/errdefs"
 	cimages "github.com/containerd/containerd/images"
 	transferarchive "github.com/containerd/containerd/images/archive"
-	digest "github.com/opencontainers/go-digest"
 )
 
 // DefaultSnapshotter is the snapshotter images are unpacked into; the
@@ -279,8 +278,9 @@ func Remove(ctx context.Context, client *containerd.Client, ref string) error {
 }
 
 // Import loads an OCI or Docker image archive and unpacks what it holds.
-// With ref set, the archive must hold one image, which is stored under ref;
-// otherwise images keep their names (unnamed ones get a digest name).
+// With ref set, the archive must hold one image, which is stored under ref
+// (the archive's own name is not kept unless it was there before);
+// otherwise images keep their names and unnamed ones get a digest name.
 // It returns the names stored.
 func Import(ctx context.Context, client *containerd.Client, r io.Reader, ref string) ([]string, error) {
 	ctx, done, err := client.WithLease(ctx)
@@ -288,26 +288,44 @@ func Import(ctx context.Context, client *containerd.Client, r io.Reader, ref str
 		return nil, fmt.Errorf("import: lease: %w", err)
 	}
 	defer done(context.WithoutCancel(ctx))
-	opts := []containerd.ImportOpt{containerd.WithDigestRef(transferarchive.DigestTranslator("sandpit.local/import"))}
+	before := map[string]bool{}
 	if ref != "" {
-		opts = []containerd.ImportOpt{
-			containerd.WithImageRefTranslator(func(string) string { return ref }),
-			containerd.WithDigestRef(func(digest.Digest) string { return ref }),
-			containerd.WithSkipDigestRef(func(name string) bool { return name != "" }),
+		existing, err := client.ImageService().List(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("import: %w", err)
+		}
+		for _, img := range existing {
+			before[img.Name] = true
 		}
 	}
-	imgs, err := client.Import(ctx, r, opts...)
+	imgs, err := client.Import(ctx, r, containerd.WithDigestRef(transferarchive.DigestTranslator("sandpit.local/import")))
 	if err != nil {
 		return nil, fmt.Errorf("import archive: %w", err)
 	}
 	if len(imgs) == 0 {
 		return nil, fmt.Errorf("import archive: it holds no image for this platform: %w", ErrNotFound)
 	}
+	if ref != "" {
+		for _, img := range imgs[1:] {
+			if img.Target.Digest != imgs[0].Target.Digest {
+				return nil, fmt.Errorf("import archive: it holds several images, which cannot all be named %s (hint: import without --ref): %w", ref, ErrInvalidRecipe)
+			}
+		}
+		renamed, err := storeImage(ctx, client, cimages.Image{Name: ref, Target: imgs[0].Target})
+		if err != nil {
+			return nil, fmt.Errorf("import archive as %s: %w", ref, err)
+		}
+		for _, img := range imgs {
+			if img.Name != ref && !before[img.Name] {
+				if err := client.ImageService().Delete(ctx, img.Name); err != nil && !errdefs.IsNotFound(err) {
+					return nil, fmt.Errorf("import archive as %s: drop name %s: %w", ref, img.Name, err)
+				}
+			}
+		}
+		imgs = []cimages.Image{renamed}
+	}
 	var names []string
 	for _, img := range imgs {
-		if ref != "" && img.Target.Digest != imgs[0].Target.Digest {
-			return nil, fmt.Errorf("import archive: it holds several images, which cannot all be named %s (hint: import without --ref): %w", ref, ErrInvalidRecipe)
-		}
 		if err := containerd.NewImage(client, img).Unpack(ctx, DefaultSnapshotter); err != nil {
 			return nil, fmt.Errorf("unpack %s: %w", img.Name, err)
 		}

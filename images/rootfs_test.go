@@ -34,20 +34,20 @@ func writeTree(t *testing.T, root string, files map[string]string) {
 
 // fakeDebootstrap is a tiny stand-in for a fresh debootstrap target.
 var fakeDebootstrap = map[string]string{
-	"etc/passwd":                           "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-	"etc/group":                            "root:x:0:\nnogroup:x:65534:",
-	"etc/hostname":                         "buildhost\n",
-	"etc/resolv.conf":                      "->/run/systemd/resolve/stub-resolv.conf",
-	"usr/bin/python3":                      "#!fake\n",
-	"usr/share/doc/python3/copyright":      "text",
-	"usr/share/man/man1/python3.1.gz":      "man",
-	"usr/share/locale/de/LC_MESSAGES/x.mo": "mo",
-	"usr/share/zoneinfo/UTC":               "tz",
-	"var/cache/apt/archives/gcc.deb":       "deb",
+	"etc/passwd":                                 "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+	"etc/group":                                  "root:x:0:\nnogroup:x:65534:",
+	"etc/hostname":                               "buildhost\n",
+	"etc/resolv.conf":                            "->/run/systemd/resolve/stub-resolv.conf",
+	"usr/bin/python3":                            "#!fake\n",
+	"usr/share/doc/python3/copyright":            "text",
+	"usr/share/man/man1/python3.1.gz":            "man",
+	"usr/share/locale/de/LC_MESSAGES/x.mo":       "mo",
+	"usr/share/zoneinfo/UTC":                     "tz",
+	"var/cache/apt/archives/gcc.deb":             "deb",
 	"var/lib/apt/lists/deb.debian.org_InRelease": "list",
-	"var/lib/dpkg/status":                  "status",
-	"var/log/bootstrap.log":                "log",
-	"dev/null":                             "not a device in this test",
+	"var/lib/dpkg/status":                        "status",
+	"var/log/bootstrap.log":                      "log",
+	"dev/null":                                   "not a device in this test",
 }
 
 func TestCustomise(t *testing.T) {
