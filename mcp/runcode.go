@@ -59,6 +59,7 @@ func runCodeTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	handler := mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, args RunCodeArgs) (*mcpgo.CallToolResult, error) {
 		req, err := cfg.runRequest(args)
 		if err != nil {
+			cfg.metrics.reject()
 			return toolError(cfg.Logger, "run_code", err), nil
 		}
 		res, err := cfg.Runner.Run(ctx, req)

@@ -35,6 +35,19 @@ type Config struct {
 	Workspace runtime.Workspace
 
 	Logger *slog.Logger
+
+	// History, when set, records every run and serves get_execution_history,
+	// get_run, sandbox://runs/{id} and the fix_failed_run prompt.
+	History History
+	// Health, when set, adds containerd and image status to get_sandbox_metrics.
+	Health Health
+	// Status, when set, reports what only the runtime knows (limits, images,
+	// OCI runtime, rootless) for sandbox://status and the prompts.
+	Status func(context.Context) StatusReport
+	// Logs, when set, serves sandbox://logs.
+	Logs LogSource
+
+	metrics *metrics // set by NewServer
 }
 
 func (c *Config) defaults() {
@@ -68,10 +81,13 @@ func NewServer(cfg Config) *server.MCPServer {
 		server.WithRecovery(),
 		server.WithInstructions(instructions),
 	)
+	cfg.metrics = newMetrics()
 	if cfg.Runner != nil {
+		cfg.Runner = &observedRunner{Runner: cfg.Runner, metrics: cfg.metrics, history: cfg.History, log: cfg.Logger}
 		s.AddTool(runCodeTool(cfg))
 		s.AddTool(listLanguagesTool(cfg.Runner))
 	}
+	addObservability(s, cfg)
 	return s
 }
 

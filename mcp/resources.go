@@ -1,0 +1,131 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	goruntime "runtime"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/sandpit-dev/sandpit/internal/logring"
+	"github.com/sandpit-dev/sandpit/runtime"
+)
+
+// LogSource hands out the server's recent log records. *logring.Ring implements it.
+type LogSource interface {
+	Records(n int) []logring.Record
+}
+
+// StatusReport is the configuration in effect, for sandbox://status and the
+// prompts. cmd/sandpit fills what only the runtime knows through
+// Config.Status; the server sets the fields it owns itself (name, version,
+// timeouts, code size limit, languages, workspace).
+type StatusReport struct {
+	Server    string `json:"server"`
+	Version   string `json:"version"`
+	GoVersion string `json:"go_version"`
+
+	ContainerdAddress string                `json:"containerd_address,omitempty"`
+	ContainerdVersion string                `json:"containerd_version,omitempty"`
+	Namespace         string                `json:"namespace,omitempty"`
+	Runtime           string                `json:"runtime,omitempty"` // e.g. runc
+	Rootless          bool                  `json:"rootless"`
+	UserNamespace     bool                  `json:"user_namespace"`
+	Network           string                `json:"network"` // always "none": sandboxes have no network
+	Limits            *runtime.Limits       `json:"limits,omitempty"`
+	Images            []runtime.ImageStatus `json:"images,omitempty"`
+	// Libraries lists, per language, what its image offers beyond the
+	// standard library (e.g. "python": ["numpy 1.24"]).
+	Libraries map[string][]string `json:"libraries,omitempty"`
+
+	Languages             []runtime.Language `json:"languages"`
+	Workspace             string             `json:"workspace,omitempty"` // "/workspace" when runs get one
+	DefaultTimeoutSeconds float64            `json:"default_timeout_seconds"`
+	MaxTimeoutSeconds     float64            `json:"max_timeout_seconds"`
+	MaxCodeBytes          int                `json:"max_code_bytes"`
+}
+
+// status is the report with the server's own fields filled in.
+func (cfg Config) status(ctx context.Context) StatusReport {
+	var s StatusReport
+	if cfg.Status != nil {
+		s = cfg.Status(ctx)
+	}
+	s.Server, s.Version, s.GoVersion = cfg.Name, cfg.Version, goruntime.Version()
+	s.Network = "none"
+	s.DefaultTimeoutSeconds = cfg.DefaultTimeout.Seconds()
+	s.MaxTimeoutSeconds = cfg.MaxTimeout.Seconds()
+	s.MaxCodeBytes = cfg.MaxCodeBytes
+	s.Languages = []runtime.Language{}
+	if cfg.Runner != nil {
+		s.Languages = append(s.Languages, cfg.Runner.Languages()...)
+	}
+	if cfg.Workspace != nil {
+		s.Workspace = "/workspace"
+	}
+	return s
+}
+
+// logsShown is how many records sandbox://logs returns at most.
+const logsShown = 500
+
+// addResources registers the resources whose dependencies are set.
+func addResources(s *server.MCPServer, cfg Config) {
+	s.AddResource(mcpgo.NewResource("sandbox://status", "status",
+		mcpgo.WithResourceDescription("The configuration in effect: limits, images, OCI runtime, rootless or not, workspace, timeouts, versions."),
+		mcpgo.WithMIMEType("application/json"),
+	), func(ctx context.Context, req mcpgo.ReadResourceRequest) ([]mcpgo.ResourceContents, error) {
+		return jsonContents(req.Params.URI, cfg.status(ctx))
+	})
+	if cfg.Runner != nil {
+		s.AddResource(mcpgo.NewResource("sandbox://languages", "languages",
+			mcpgo.WithResourceDescription("The languages run_code accepts, with the image and version of each."),
+			mcpgo.WithMIMEType("application/json"),
+		), func(ctx context.Context, req mcpgo.ReadResourceRequest) ([]mcpgo.ResourceContents, error) {
+			return jsonContents(req.Params.URI, map[string]any{"languages": cfg.Runner.Languages()})
+		})
+	}
+	if cfg.Logs != nil {
+		s.AddResource(mcpgo.NewResource("sandbox://logs", "logs",
+			mcpgo.WithResourceDescription(fmt.Sprintf("The server's most recent structured log records (at most %d), oldest first.", logsShown)),
+			mcpgo.WithMIMEType("application/json"),
+		), func(ctx context.Context, req mcpgo.ReadResourceRequest) ([]mcpgo.ResourceContents, error) {
+			return jsonContents(req.Params.URI, map[string]any{"records": cfg.Logs.Records(logsShown)})
+		})
+	}
+	if cfg.History != nil {
+		s.AddResourceTemplate(mcpgo.NewResourceTemplate("sandbox://runs/{id}", "run",
+			mcpgo.WithTemplateDescription("One past run in full, as get_run returns it: code, status, usage, limits, output heads, workspace changes."),
+			mcpgo.WithTemplateMIMEType("application/json"),
+		), func(ctx context.Context, req mcpgo.ReadResourceRequest) ([]mcpgo.ResourceContents, error) {
+			r, err := getRun(ctx, cfg.History, templateArg(req, "id"))
+			if err != nil {
+				return nil, err
+			}
+			return jsonContents(req.Params.URI, record(r))
+		})
+	}
+}
+
+// templateArg is a URI template variable; mcp-go passes them as []string.
+func templateArg(req mcpgo.ReadResourceRequest, name string) string {
+	switch v := req.Params.Arguments[name].(type) {
+	case string:
+		return v
+	case []string:
+		if len(v) > 0 {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+func jsonContents(uri string, v any) ([]mcpgo.ResourceContents, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", uri, err)
+	}
+	return []mcpgo.ResourceContents{mcpgo.TextResourceContents{URI: uri, MIMEType: "application/json", Text: string(b)}}, nil
+}
