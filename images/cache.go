@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,6 +30,7 @@ const (
 	layerFile    = "layer.tar"
 	metaFile     = "meta.json"
 	buildPrefix  = ".build-"
+	lockPrefix   = ".lock-"
 	retirePrefix = ".old-"
 )
 
@@ -188,6 +190,38 @@ func lockDir(dir string, nonblock bool) (func(), error) {
 		return nil, err
 	}
 	return func() { f.Close() }, nil
+}
+
+// lockKey waits until this process is the only builder of key, or ctx ends.
+func lockKey(ctx context.Context, cacheDir, key string, log *slog.Logger) (func(), error) {
+	if err := os.MkdirAll(cacheDir, 0o700); err != nil {
+		return nil, fmt.Errorf("image cache %s: %w", cacheDir, err)
+	}
+	f, err := os.OpenFile(filepath.Join(cacheDir, lockPrefix+key), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("image cache %s: %w", cacheDir, err)
+	}
+	waiting := false
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("image cache %s: lock: %w", cacheDir, err)
+		}
+		if !waiting {
+			log.Info("another process is building this image; waiting for it")
+			waiting = true
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 func writeFileSync(path string, b []byte) error {

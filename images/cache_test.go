@@ -216,3 +216,29 @@ func TestBuilderUsesCache(t *testing.T) {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func TestLockKey(t *testing.T) {
+	dir := t.TempDir()
+	unlock, err := lockKey(t.Context(), dir, "k1", discardLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := lockKey(held, dir, "k1", discardLogger()); !errors.Is(err, context.Canceled) {
+		t.Errorf("second lock of a held key = %v, want to wait until the context ends", err)
+	}
+	other, err := lockKey(t.Context(), dir, "k2", discardLogger())
+	if err != nil {
+		t.Errorf("lock of another key = %v; keys must not block each other", err)
+	} else {
+		other()
+	}
+	unlock()
+	again, err := lockKey(held, dir, "k1", discardLogger())
+	if err != nil {
+		t.Errorf("lock after unlock = %v", err)
+	} else {
+		again()
+	}
+}

@@ -107,7 +107,7 @@ func (b *Builder) Build(ctx context.Context, r Recipe, force bool) error {
 		return err
 	}
 	start := time.Now()
-	if err := importEntry(ctx, b.Client, r, e, b.snapshotter()); err != nil {
+	if err := importEntry(ctx, b.Client, r, e, b.snapshotter(), b.log()); err != nil {
 		return err
 	}
 	b.log().Info("image ready", "ref", r.Ref, "size_mb", e.Size>>20, "import", time.Since(start).Round(time.Millisecond))
@@ -124,6 +124,19 @@ func (b *Builder) rootfs(ctx context.Context, r Recipe, force bool) (entry, erro
 		}
 	}
 	log := b.log().With("ref", r.Ref)
+	// One build per recipe at a time: a second caller (a CLI build beside
+	// a serving daemon) waits for the first and reuses its result.
+	unlock, err := lockKey(ctx, dir, key, log)
+	if err != nil {
+		return entry{}, err
+	}
+	defer unlock()
+	if !force {
+		if e, ok := lookup(dir, key); ok {
+			log.Info("using image rootfs another build just made", "cache", e.dir)
+			return e, nil
+		}
+	}
 	log.Info("building image rootfs (about two minutes)", "suite", r.Suite,
 		"packages", strings.Join(r.Packages, ","), "mirror", b.mirror(), "cache", filepath.Join(dir, key))
 	start := time.Now()

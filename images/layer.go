@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	goruntime "runtime"
 	"time"
@@ -114,7 +115,8 @@ func descriptorOf(mt string, v any) ([]byte, ocispec.Descriptor, error) {
 
 // importEntry stores a cached rootfs layer as image r.Ref in containerd and
 // unpacks it into snapshotter. An existing image of that name is replaced.
-func importEntry(ctx context.Context, client *containerd.Client, r Recipe, e entry, snapshotter string) (err error) {
+func importEntry(ctx context.Context, client *containerd.Client, r Recipe, e entry, snapshotter string, log *slog.Logger) (err error) {
+	start := time.Now()
 	ctx, done, err := client.WithLease(ctx)
 	if err != nil {
 		return fmt.Errorf("import %s: lease: %w", r.Ref, err)
@@ -136,6 +138,7 @@ func importEntry(ctx context.Context, client *containerd.Client, r Recipe, e ent
 	if err := content.WriteBlob(ctx, cs, "sandpit-layer-"+e.DiffID.Encoded(), layer, layerDesc); err != nil {
 		return fmt.Errorf("import %s: layer: %w", r.Ref, err)
 	}
+	log.Debug("layer stored", "ref", r.Ref, "took", time.Since(start))
 
 	configBytes, configDesc, err := descriptorOf(ocispec.MediaTypeImageConfig, imageConfig(r, e))
 	if err != nil {
@@ -159,9 +162,11 @@ func importEntry(ctx context.Context, client *containerd.Client, r Recipe, e ent
 	if err != nil {
 		return fmt.Errorf("import %s: %w", r.Ref, err)
 	}
+	start = time.Now()
 	if err := containerd.NewImage(client, img).Unpack(ctx, snapshotter); err != nil {
 		return fmt.Errorf("unpack %s into %s: %w", r.Ref, snapshotter, err)
 	}
+	log.Debug("image unpacked", "ref", r.Ref, "snapshotter", snapshotter, "took", time.Since(start))
 	return nil
 }
 
