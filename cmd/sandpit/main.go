@@ -34,6 +34,7 @@ func main() {
 			gcCommand(),
 			doctorCommand(),
 			versionCommand(),
+			imagesCommand(),
 		},
 	}
 	if err := app.Run(os.Args); err != nil {
