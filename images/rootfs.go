@@ -142,6 +142,9 @@ func addUser(rootfs string) error {
 // debootstrap installs a minimal Debian with the recipe's packages into
 // rootfs. Its output goes to out.
 func debootstrap(ctx context.Context, r Recipe, mirror, rootfs string, out io.Writer) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("building an image runs debootstrap and chroot, which need root (hint: run `sudo sandpit images build`, or `sandpit images import FILE` an archive built elsewhere): %w", ErrBuild)
+	}
 	path, err := exec.LookPath("debootstrap")
 	if err != nil {
 		return fmt.Errorf("debootstrap is not installed (hint: apt-get install debootstrap): %w", ErrBuild)
