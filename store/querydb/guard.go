@@ -180,7 +180,7 @@ func isSpace(c byte) bool { return c == ' ' || (c >= '\t' && c <= '\r') }
 
 // isTokenSpace is the tokenizer's whitespace class, which leaves out \v.
 func isTokenSpace(c byte) bool { return c != '\v' && isSpace(c) }
-func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+func isDigit(c byte) bool      { return c >= '0' && c <= '9' }
 
 // isIDChar is SQLite's IdChar: letters, digits, '_', '$' and every byte of a
 // multi-byte UTF-8 sequence.
