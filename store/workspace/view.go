@@ -226,6 +226,7 @@ func (v *overlayView) Close(ctx context.Context) (*runtime.Changes, error) {
 			return
 		}
 		w.mu.Lock()
+		w.used = -1
 		v.changes, v.err = w.merge(ctx, v.m.upper)
 		w.mu.Unlock()
 		if err := v.m.release(); err != nil {
@@ -465,6 +466,7 @@ func (v *bindView) Close(ctx context.Context) (*runtime.Changes, error) {
 		defer w.runs.RUnlock()
 		w.mu.Lock()
 		defer w.mu.Unlock()
+		w.used = -1
 		// Drop what must never come back: symlinks, FIFOs, sockets, devices.
 		var drop []string
 		filepath.WalkDir(w.dir, func(p string, d fs.DirEntry, err error) error {

@@ -102,6 +102,9 @@ type Workspace struct {
 	// more than one file at once (merges, restores) or a single path
 	// (write, delete, move), so readers never see a half-applied change.
 	mu sync.RWMutex
+	// used caches the workspace's size for host-side writes; -1 when unknown
+	// (after anything but Write changed the tree). Guarded by mu, exclusive.
+	used int64
 }
 
 // Open opens (creating it if needed) the workspace at dir. It finishes or
@@ -121,7 +124,7 @@ func Open(dir string, opts Options) (*Workspace, error) {
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("workspace %s is not a directory (is it a symlink?)", abs)
 	}
-	w := &Workspace{dir: abs, opts: opts, log: opts.Logger.With("workspace", abs)}
+	w := &Workspace{dir: abs, opts: opts, log: opts.Logger.With("workspace", abs), used: -1}
 	if err := w.chown(abs); err != nil {
 		return nil, fmt.Errorf("workspace %s: give it to the sandbox user %d:%d: %w", abs, opts.Owner.UID, opts.Owner.GID, err)
 	}
@@ -379,12 +382,14 @@ func (w *Workspace) Write(ctx context.Context, p string, data []byte) (Entry, er
 				mode, old = fi.Mode().Perm(), fi.Size()
 			}
 		}
-		used, err := usage(r)
-		if err != nil {
-			return err
+		if w.used < 0 {
+			if w.used, err = usage(r); err != nil {
+				w.used = -1
+				return err
+			}
 		}
-		if used-old+int64(len(data)) > w.opts.MaxSize {
-			return pathErr(op, p, ErrQuota, "the workspace holds %d bytes and may hold %d; delete files first", used, w.opts.MaxSize)
+		if w.used-old+int64(len(data)) > w.opts.MaxSize {
+			return pathErr(op, p, ErrQuota, "the workspace holds %d bytes and may hold %d; delete files first", w.used, w.opts.MaxSize)
 		}
 		if err := w.mkdirs(r, op, p, path.Dir(c)); err != nil {
 			return err
@@ -395,6 +400,7 @@ func (w *Workspace) Write(ctx context.Context, p string, data []byte) (Entry, er
 		}); err != nil {
 			return mapErr(op, p, err)
 		}
+		w.used += int64(len(data)) - old
 		fi, err := r.Lstat(c)
 		if err != nil {
 			return mapErr(op, p, err)
@@ -477,6 +483,7 @@ func (w *Workspace) Delete(ctx context.Context, p string) error {
 		if _, err := r.Lstat(c); err != nil {
 			return mapErr(op, p, err)
 		}
+		w.used = -1
 		return mapErr(op, p, r.RemoveAll(c))
 	})
 }
@@ -510,6 +517,7 @@ func (w *Workspace) Move(ctx context.Context, from, to string) error {
 		if err := w.mkdirs(r, op, to, path.Dir(ct)); err != nil {
 			return err
 		}
+		w.used = -1
 		return mapErr(op, from, r.Rename(cf, ct))
 	})
 }
@@ -540,6 +548,7 @@ func (w *Workspace) withRoot(exclusive bool, fn func(r *os.Root) error) error {
 	if exclusive {
 		w.mu.Lock()
 		defer w.mu.Unlock()
+
 	} else {
 		w.mu.RLock()
 		defer w.mu.RUnlock()
@@ -651,6 +660,7 @@ func (w *Workspace) Replace(ctx context.Context, build func(stage string, cur *o
 	defer w.runs.Unlock()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.used = -1
 
 	stage := w.stagePath()
 	if err := os.RemoveAll(stage); err != nil {
