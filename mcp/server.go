@@ -33,6 +33,10 @@ type Config struct {
 	MaxCodeBytes   int           // largest accepted code or stdin
 	// Workspace, when set, is attached to every run at /workspace.
 	Workspace runtime.Workspace
+	// Files, when set, serves the file tools (list/read/write/delete/move_file).
+	Files FileStore
+	// Snapshots, when set (with Files), serves the *_state_snapshot tools and undo_last_run.
+	Snapshots SnapshotStore
 
 	Logger *slog.Logger
 
@@ -86,6 +90,9 @@ func NewServer(cfg Config) *server.MCPServer {
 		cfg.Runner = &observedRunner{Runner: cfg.Runner, metrics: cfg.metrics, history: cfg.History, log: cfg.Logger}
 		s.AddTool(runCodeTool(cfg))
 		s.AddTool(listLanguagesTool(cfg.Runner))
+	}
+	if cfg.Files != nil {
+		addWorkspaceTools(s, cfg)
 	}
 	addObservability(s, cfg)
 	return s

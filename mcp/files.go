@@ -1,0 +1,270 @@
+package mcp
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/sandpit-dev/sandpit/store/workspace"
+)
+
+// FileStore is the workspace as the file tools see it. *workspace.Workspace
+// implements it; every path is relative to the workspace root.
+type FileStore interface {
+	List(ctx context.Context, path string, recursive bool) (workspace.Listing, error)
+	Read(ctx context.Context, path string, offset, limit int64) (workspace.Content, error)
+	Write(ctx context.Context, path string, data []byte) (workspace.Entry, error)
+	Delete(ctx context.Context, path string) error
+	Move(ctx context.Context, from, to string) error
+}
+
+// addWorkspaceTools registers the file tools and, with Snapshots, the
+// snapshot and undo tools.
+func addWorkspaceTools(s *server.MCPServer, cfg Config) {
+	tools := []func(Config) (mcpgo.Tool, server.ToolHandlerFunc){listFilesTool, readFileTool, writeFileTool, deleteFileTool, moveFileTool}
+	if cfg.Snapshots != nil {
+		tools = append(tools, createSnapshotTool, listSnapshotsTool, restoreSnapshotTool, deleteSnapshotTool, diffSnapshotTool, undoLastRunTool)
+	}
+	for _, t := range tools {
+		s.AddTool(t(cfg))
+	}
+}
+
+// FileEntry is one row of list_files.
+type FileEntry struct {
+	Path  string    `json:"path" jsonschema:"relative to the workspace root (/workspace in runs)"`
+	Type  string    `json:"type" jsonschema:"file, dir, symlink, fifo, socket or device"`
+	Size  int64     `json:"size"`
+	MTime time.Time `json:"mtime"`
+}
+
+// ListFilesArgs are list_files' arguments.
+type ListFilesArgs struct {
+	Path      string `json:"path,omitempty" jsonschema:"directory to list, relative to the workspace root (default: the root)"`
+	Recursive bool   `json:"recursive,omitempty" jsonschema:"list subdirectories too"`
+}
+
+// ListFilesResult is list_files' structured output.
+type ListFilesResult struct {
+	Path      string      `json:"path"`
+	Entries   []FileEntry `json:"entries"`
+	Truncated bool        `json:"truncated" jsonschema:"true when there were more entries than shown; list a subdirectory"`
+}
+
+func listFilesTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
+	tool := mcpgo.NewTool("list_files",
+		mcpgo.WithDescription("List files in the workspace (mounted at /workspace in every run) with type, size and modification time. Paths are relative to the workspace root."),
+		mcpgo.WithInputSchema[ListFilesArgs](),
+		mcpgo.WithOutputSchema[ListFilesResult](),
+		mcpgo.WithReadOnlyHintAnnotation(true),
+		mcpgo.WithOpenWorldHintAnnotation(false),
+	)
+	return tool, mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, a ListFilesArgs) (*mcpgo.CallToolResult, error) {
+		ls, err := cfg.Files.List(ctx, a.Path, a.Recursive)
+		if err != nil {
+			return toolError(cfg.Logger, "list_files", err), nil
+		}
+		out := ListFilesResult{Path: a.Path, Entries: []FileEntry{}, Truncated: ls.Truncated}
+		if out.Path == "" {
+			out.Path = "."
+		}
+		var b strings.Builder
+		for _, e := range ls.Entries {
+			out.Entries = append(out.Entries, FileEntry{Path: e.Path, Type: e.Type, Size: e.Size, MTime: e.ModTime.UTC()})
+			fmt.Fprintf(&b, "%-7s %10d  %s  %s\n", e.Type, e.Size, e.ModTime.UTC().Format(time.RFC3339), e.Path)
+		}
+		if len(ls.Entries) == 0 {
+			b.WriteString("(empty)\n")
+		}
+		if ls.Truncated {
+			b.WriteString("(truncated: list a subdirectory to see more)\n")
+		}
+		return mcpgo.NewToolResultStructured(out, b.String()), nil
+	})
+}
+
+// ReadFileArgs are read_file's arguments.
+type ReadFileArgs struct {
+	Path   string `json:"path" jsonschema:"file to read, relative to the workspace root"`
+	Offset int64  `json:"offset,omitempty" jsonschema:"byte offset to start at (default 0)"`
+	Limit  int64  `json:"limit,omitempty" jsonschema:"most bytes to return (default and maximum 1 MiB)"`
+}
+
+// ReadFileResult is read_file's structured output.
+type ReadFileResult struct {
+	Path       string `json:"path"`
+	Content    string `json:"content"`
+	Encoding   string `json:"encoding" jsonschema:"utf-8 for text, base64 for binary content"`
+	Offset     int64  `json:"offset"`
+	Bytes      int    `json:"bytes" jsonschema:"bytes returned"`
+	Size       int64  `json:"size" jsonschema:"size of the whole file"`
+	EOF        bool   `json:"eof" jsonschema:"true when the content reaches the end of the file"`
+	NextOffset int64  `json:"next_offset,omitempty" jsonschema:"offset to read the rest from, when eof is false"`
+}
+
+func readFileTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
+	tool := mcpgo.NewTool("read_file",
+		mcpgo.WithDescription("Read a file from the workspace: text as UTF-8, binary as base64. Large files are read in pieces with offset and limit. FIFOs, devices, sockets and symlinks are refused."),
+		mcpgo.WithInputSchema[ReadFileArgs](),
+		mcpgo.WithOutputSchema[ReadFileResult](),
+		mcpgo.WithReadOnlyHintAnnotation(true),
+		mcpgo.WithOpenWorldHintAnnotation(false),
+	)
+	return tool, mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, a ReadFileArgs) (*mcpgo.CallToolResult, error) {
+		if a.Path == "" {
+			return toolError(cfg.Logger, "read_file", argErrorf("path is required")), nil
+		}
+		if a.Offset < 0 || a.Limit < 0 {
+			return toolError(cfg.Logger, "read_file", argErrorf("offset and limit must not be negative")), nil
+		}
+		c, err := cfg.Files.Read(ctx, a.Path, a.Offset, a.Limit)
+		if err != nil {
+			return toolError(cfg.Logger, "read_file", err), nil
+		}
+		out := toReadResult(c)
+		text := out.Content
+		if out.Encoding == "base64" {
+			text = fmt.Sprintf("(binary, %d bytes, base64)\n%s", out.Bytes, out.Content)
+		}
+		if !out.EOF {
+			text += fmt.Sprintf("\n(%d of %d bytes shown; read from offset %d for more)", out.NextOffset, out.Size, out.NextOffset)
+		}
+		return mcpgo.NewToolResultStructured(out, text), nil
+	})
+}
+
+// toReadResult picks the encoding: text when the bytes are valid UTF-8
+// without NULs (a rune cut by the limit is left for the next read),
+// base64 otherwise.
+func toReadResult(c workspace.Content) ReadFileResult {
+	data := c.Data
+	if !c.EOF {
+		for k := 1; k <= 3 && k <= len(data); k++ {
+			if !utf8.Valid(data) && utf8.Valid(data[:len(data)-k]) {
+				data = data[:len(data)-k]
+				break
+			}
+		}
+	}
+	out := ReadFileResult{Path: c.Path, Offset: c.Offset, Bytes: len(data), Size: c.Size}
+	if utf8.Valid(data) && !strings.ContainsRune(string(data), 0) {
+		out.Content, out.Encoding = string(data), "utf-8"
+	} else {
+		data = c.Data
+		out.Bytes = len(data)
+		out.Content, out.Encoding = base64.StdEncoding.EncodeToString(data), "base64"
+	}
+	out.EOF = c.Offset+int64(len(data)) >= c.Size
+	if !out.EOF {
+		out.NextOffset = c.Offset + int64(len(data))
+	}
+	return out
+}
+
+// WriteFileArgs are write_file's arguments.
+type WriteFileArgs struct {
+	Path     string `json:"path" jsonschema:"file to write, relative to the workspace root; parent directories are created"`
+	Content  string `json:"content" jsonschema:"the whole new content"`
+	Encoding string `json:"encoding,omitempty" jsonschema:"utf-8 (default) or base64 for binary content"`
+}
+
+// WriteFileResult is write_file's structured output.
+type WriteFileResult struct {
+	Path  string    `json:"path"`
+	Bytes int64     `json:"bytes"`
+	MTime time.Time `json:"mtime"`
+}
+
+func writeFileTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
+	tool := mcpgo.NewTool("write_file",
+		mcpgo.WithDescription("Create or replace a file in the workspace, atomically (readers and runs see the old or the new content, never a mix). Parent directories are created. Runs see it at /workspace/<path>."),
+		mcpgo.WithInputSchema[WriteFileArgs](),
+		mcpgo.WithOutputSchema[WriteFileResult](),
+		mcpgo.WithDestructiveHintAnnotation(true),
+		mcpgo.WithIdempotentHintAnnotation(true),
+		mcpgo.WithOpenWorldHintAnnotation(false),
+	)
+	return tool, mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, a WriteFileArgs) (*mcpgo.CallToolResult, error) {
+		if a.Path == "" {
+			return toolError(cfg.Logger, "write_file", argErrorf("path is required")), nil
+		}
+		var data []byte
+		switch strings.ToLower(a.Encoding) {
+		case "", "utf-8", "utf8", "text":
+			data = []byte(a.Content)
+		case "base64":
+			var err error
+			if data, err = base64.StdEncoding.DecodeString(a.Content); err != nil {
+				return toolError(cfg.Logger, "write_file", argErrorf("content is not valid base64: %v", err)), nil
+			}
+		default:
+			return toolError(cfg.Logger, "write_file", argErrorf("encoding %q is not supported: use utf-8 or base64", a.Encoding)), nil
+		}
+		e, err := cfg.Files.Write(ctx, a.Path, data)
+		if err != nil {
+			return toolError(cfg.Logger, "write_file", err), nil
+		}
+		out := WriteFileResult{Path: e.Path, Bytes: e.Size, MTime: e.ModTime.UTC()}
+		return mcpgo.NewToolResultStructured(out, fmt.Sprintf("wrote %d bytes to %s", out.Bytes, out.Path)), nil
+	})
+}
+
+// DeleteFileArgs are delete_file's arguments.
+type DeleteFileArgs struct {
+	Path string `json:"path" jsonschema:"file or directory (deleted with its content), relative to the workspace root"`
+}
+
+// PathResult names the path a tool acted on.
+type PathResult struct {
+	Path string `json:"path"`
+}
+
+func deleteFileTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
+	tool := mcpgo.NewTool("delete_file",
+		mcpgo.WithDescription("Delete a file, or a directory with everything in it, from the workspace. A symlink is removed itself, never followed."),
+		mcpgo.WithInputSchema[DeleteFileArgs](),
+		mcpgo.WithOutputSchema[PathResult](),
+		mcpgo.WithDestructiveHintAnnotation(true),
+		mcpgo.WithOpenWorldHintAnnotation(false),
+	)
+	return tool, mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, a DeleteFileArgs) (*mcpgo.CallToolResult, error) {
+		if a.Path == "" {
+			return toolError(cfg.Logger, "delete_file", argErrorf("path is required")), nil
+		}
+		if err := cfg.Files.Delete(ctx, a.Path); err != nil {
+			return toolError(cfg.Logger, "delete_file", err), nil
+		}
+		return mcpgo.NewToolResultStructured(PathResult{Path: a.Path}, "deleted "+a.Path), nil
+	})
+}
+
+// MoveFileArgs are move_file's arguments.
+type MoveFileArgs struct {
+	From string `json:"from" jsonschema:"existing file or directory, relative to the workspace root"`
+	To   string `json:"to" jsonschema:"new path; an existing file there is replaced, parent directories are created"`
+}
+
+func moveFileTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
+	tool := mcpgo.NewTool("move_file",
+		mcpgo.WithDescription("Move or rename a file or directory inside the workspace."),
+		mcpgo.WithInputSchema[MoveFileArgs](),
+		mcpgo.WithOutputSchema[PathResult](),
+		mcpgo.WithDestructiveHintAnnotation(true),
+		mcpgo.WithOpenWorldHintAnnotation(false),
+	)
+	return tool, mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, a MoveFileArgs) (*mcpgo.CallToolResult, error) {
+		if a.From == "" || a.To == "" {
+			return toolError(cfg.Logger, "move_file", argErrorf("from and to are required")), nil
+		}
+		if err := cfg.Files.Move(ctx, a.From, a.To); err != nil {
+			return toolError(cfg.Logger, "move_file", err), nil
+		}
+		return mcpgo.NewToolResultStructured(PathResult{Path: a.To}, fmt.Sprintf("moved %s to %s", a.From, a.To)), nil
+	})
+}

@@ -1,0 +1,226 @@
+package mcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/sandpit-dev/sandpit/store/snapshot"
+	"github.com/sandpit-dev/sandpit/store/workspace"
+)
+
+// isWorkspaceError reports the workspace and snapshot errors the model can
+// act on (toolError shows them as they are).
+func isWorkspaceError(err error) bool {
+	for _, class := range []error{
+		workspace.ErrOutsideWorkspace, workspace.ErrInvalidPath, workspace.ErrNotFound,
+		workspace.ErrExists, workspace.ErrTooLarge, workspace.ErrNotRegular, workspace.ErrIsDir,
+		workspace.ErrNotDir, workspace.ErrQuota, workspace.ErrBusy,
+		snapshot.ErrNotFound, snapshot.ErrNoUndo,
+	} {
+		if errors.Is(err, class) {
+			return true
+		}
+	}
+	return false
+}
+
+// SnapshotStore records and restores the workspace. *snapshot.Bound
+// implements it.
+type SnapshotStore interface {
+	Create(ctx context.Context, description string) (snapshot.Snapshot, error)
+	List(ctx context.Context) ([]snapshot.Snapshot, error)
+	Restore(ctx context.Context, id string) error
+	Delete(ctx context.Context, id string) error
+	Diff(ctx context.Context, id string) (snapshot.Diff, error)
+	UndoLastRun(ctx context.Context) (snapshot.Snapshot, error)
+}
+
+// SnapshotInfo describes one snapshot.
+type SnapshotInfo struct {
+	SnapshotID  string    `json:"snapshot_id"`
+	Description string    `json:"description"`
+	Created     time.Time `json:"created"`
+	Files       int       `json:"files"`
+	Bytes       int64     `json:"bytes"`
+}
+
+func toSnapshotInfo(s snapshot.Snapshot) SnapshotInfo {
+	return SnapshotInfo{SnapshotID: s.ID, Description: s.Description, Created: s.Created.UTC(), Files: s.Files, Bytes: s.Bytes}
+}
+
+// CreateSnapshotArgs are create_state_snapshot's arguments.
+type CreateSnapshotArgs struct {
+	Description string `json:"description,omitempty" jsonschema:"what state this is, to recognise it later"`
+}
+
+func createSnapshotTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
+	tool := mcpgo.NewTool("create_state_snapshot",
+		mcpgo.WithDescription("Record every file of the workspace (content, mode, mtime) as a snapshot you can diff against or restore later. Unchanged content is stored once, so snapshots are cheap."),
+		mcpgo.WithInputSchema[CreateSnapshotArgs](),
+		mcpgo.WithOutputSchema[SnapshotInfo](),
+		mcpgo.WithDestructiveHintAnnotation(false),
+		mcpgo.WithOpenWorldHintAnnotation(false),
+	)
+	return tool, mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, a CreateSnapshotArgs) (*mcpgo.CallToolResult, error) {
+		if len(a.Description) > 1000 {
+			return toolError(cfg.Logger, "create_state_snapshot", argErrorf("description is %d bytes; keep it under 1000", len(a.Description))), nil
+		}
+		s, err := cfg.Snapshots.Create(ctx, a.Description)
+		if err != nil {
+			return toolError(cfg.Logger, "create_state_snapshot", err), nil
+		}
+		out := toSnapshotInfo(s)
+		return mcpgo.NewToolResultStructured(out, fmt.Sprintf("snapshot_id: %s (%d files, %d bytes)", out.SnapshotID, out.Files, out.Bytes)), nil
+	})
+}
+
+// ListSnapshotsResult is list_state_snapshots' structured output.
+type ListSnapshotsResult struct {
+	Snapshots []SnapshotInfo `json:"snapshots" jsonschema:"newest first"`
+}
+
+func listSnapshotsTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
+	tool := mcpgo.NewTool("list_state_snapshots",
+		mcpgo.WithDescription("List the workspace's snapshots, newest first."),
+		mcpgo.WithOutputSchema[ListSnapshotsResult](),
+		mcpgo.WithReadOnlyHintAnnotation(true),
+		mcpgo.WithOpenWorldHintAnnotation(false),
+	)
+	return tool, func(ctx context.Context, _ mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+		list, err := cfg.Snapshots.List(ctx)
+		if err != nil {
+			return toolError(cfg.Logger, "list_state_snapshots", err), nil
+		}
+		out := ListSnapshotsResult{Snapshots: []SnapshotInfo{}}
+		var b strings.Builder
+		for _, s := range list {
+			i := toSnapshotInfo(s)
+			out.Snapshots = append(out.Snapshots, i)
+			fmt.Fprintf(&b, "%s  %s  %d files, %d bytes  %s\n", i.SnapshotID, i.Created.Format(time.RFC3339), i.Files, i.Bytes, i.Description)
+		}
+		if len(list) == 0 {
+			b.WriteString("no snapshots yet: create_state_snapshot records one\n")
+		}
+		return mcpgo.NewToolResultStructured(out, b.String()), nil
+	}
+}
+
+// SnapshotIDArgs name one snapshot.
+type SnapshotIDArgs struct {
+	SnapshotID string `json:"snapshot_id" jsonschema:"an id from create_state_snapshot or list_state_snapshots"`
+}
+
+// SnapshotActionResult says what a restore or delete did.
+type SnapshotActionResult struct {
+	SnapshotID string `json:"snapshot_id"`
+	Done       string `json:"done" jsonschema:"restored or deleted"`
+}
+
+func restoreSnapshotTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
+	tool := mcpgo.NewTool("restore_state_snapshot",
+		mcpgo.WithDescription("Make the workspace exactly equal to a snapshot, atomically: files not in it are deleted, changed files rewritten, missing ones recreated, modes and mtimes restored. Refused while code is running."),
+		mcpgo.WithInputSchema[SnapshotIDArgs](),
+		mcpgo.WithOutputSchema[SnapshotActionResult](),
+		mcpgo.WithDestructiveHintAnnotation(true),
+		mcpgo.WithIdempotentHintAnnotation(true),
+		mcpgo.WithOpenWorldHintAnnotation(false),
+	)
+	return tool, mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, a SnapshotIDArgs) (*mcpgo.CallToolResult, error) {
+		if a.SnapshotID == "" {
+			return toolError(cfg.Logger, "restore_state_snapshot", argErrorf("snapshot_id is required (list_state_snapshots shows them)")), nil
+		}
+		if err := cfg.Snapshots.Restore(ctx, a.SnapshotID); err != nil {
+			return toolError(cfg.Logger, "restore_state_snapshot", err), nil
+		}
+		return mcpgo.NewToolResultStructured(SnapshotActionResult{a.SnapshotID, "restored"}, "workspace restored to "+a.SnapshotID), nil
+	})
+}
+
+func deleteSnapshotTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
+	tool := mcpgo.NewTool("delete_state_snapshot",
+		mcpgo.WithDescription("Delete a snapshot and free the stored content no other snapshot uses. The workspace itself is not changed."),
+		mcpgo.WithInputSchema[SnapshotIDArgs](),
+		mcpgo.WithOutputSchema[SnapshotActionResult](),
+		mcpgo.WithDestructiveHintAnnotation(true),
+		mcpgo.WithOpenWorldHintAnnotation(false),
+	)
+	return tool, mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, a SnapshotIDArgs) (*mcpgo.CallToolResult, error) {
+		if a.SnapshotID == "" {
+			return toolError(cfg.Logger, "delete_state_snapshot", argErrorf("snapshot_id is required (list_state_snapshots shows them)")), nil
+		}
+		if err := cfg.Snapshots.Delete(ctx, a.SnapshotID); err != nil {
+			return toolError(cfg.Logger, "delete_state_snapshot", err), nil
+		}
+		return mcpgo.NewToolResultStructured(SnapshotActionResult{a.SnapshotID, "deleted"}, "deleted snapshot "+a.SnapshotID), nil
+	})
+}
+
+// DiffSnapshotResult is diff_state_snapshot's structured output.
+type DiffSnapshotResult struct {
+	SnapshotID string   `json:"snapshot_id"`
+	Added      []string `json:"added" jsonschema:"in the workspace now, not in the snapshot (directories end in /)"`
+	Removed    []string `json:"removed" jsonschema:"in the snapshot, gone from the workspace"`
+	Changed    []string `json:"changed" jsonschema:"in both, with different content or mode"`
+}
+
+func diffSnapshotTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
+	tool := mcpgo.NewTool("diff_state_snapshot",
+		mcpgo.WithDescription("List what changed in the workspace since a snapshot: files added, removed and changed."),
+		mcpgo.WithInputSchema[SnapshotIDArgs](),
+		mcpgo.WithOutputSchema[DiffSnapshotResult](),
+		mcpgo.WithReadOnlyHintAnnotation(true),
+		mcpgo.WithOpenWorldHintAnnotation(false),
+	)
+	return tool, mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, a SnapshotIDArgs) (*mcpgo.CallToolResult, error) {
+		if a.SnapshotID == "" {
+			return toolError(cfg.Logger, "diff_state_snapshot", argErrorf("snapshot_id is required (list_state_snapshots shows them)")), nil
+		}
+		d, err := cfg.Snapshots.Diff(ctx, a.SnapshotID)
+		if err != nil {
+			return toolError(cfg.Logger, "diff_state_snapshot", err), nil
+		}
+		out := DiffSnapshotResult{SnapshotID: a.SnapshotID, Added: d.Added, Removed: d.Removed, Changed: d.Changed}
+		var b strings.Builder
+		for _, l := range []struct {
+			sign  string
+			paths []string
+		}{{"+", d.Added}, {"-", d.Removed}, {"~", d.Changed}} {
+			for _, p := range l.paths {
+				fmt.Fprintf(&b, "%s %s\n", l.sign, p)
+			}
+		}
+		if b.Len() == 0 {
+			b.WriteString("no changes since " + a.SnapshotID + "\n")
+		}
+		return mcpgo.NewToolResultStructured(out, b.String()), nil
+	})
+}
+
+// UndoResult is undo_last_run's structured output.
+type UndoResult struct {
+	Restored string    `json:"restored" jsonschema:"the state the workspace is back to"`
+	Created  time.Time `json:"created"`
+}
+
+func undoLastRunTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
+	tool := mcpgo.NewTool("undo_last_run",
+		mcpgo.WithDescription("Put the workspace back to how it was before the most recent run_code (files the run created, changed or deleted are restored). Call again to go back one more run; a limited number of runs can be undone."),
+		mcpgo.WithOutputSchema[UndoResult](),
+		mcpgo.WithDestructiveHintAnnotation(true),
+		mcpgo.WithOpenWorldHintAnnotation(false),
+	)
+	return tool, func(ctx context.Context, _ mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+		s, err := cfg.Snapshots.UndoLastRun(ctx)
+		if err != nil {
+			return toolError(cfg.Logger, "undo_last_run", err), nil
+		}
+		out := UndoResult{Restored: s.Description, Created: s.Created.UTC()}
+		return mcpgo.NewToolResultStructured(out, "workspace restored to its state "+s.Description), nil
+	}
+}
