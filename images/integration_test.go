@@ -101,6 +101,26 @@ func TestIntegrationBuildImportRemove(t *testing.T) {
 	}
 	checkImage(t, ctx, client, r.Ref)
 
+	// A new recipe under the same ref (a sandpit upgrade) replaces the
+	// image built from the old one.
+	newer := r
+	newer.Packages = append([]string{"extra"}, r.Packages...)
+	if err := b.Ensure(ctx, newer); err != nil {
+		t.Fatalf("Ensure (newer recipe): %v", err)
+	}
+	if *calls != 2 {
+		t.Errorf("bootstrap ran %d times; want 2 (a changed recipe is rebuilt)", *calls)
+	}
+	img, err := client.GetImage(ctx, r.Ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := img.Spec(ctx)
+	if err != nil || spec.Config.Labels[LabelRecipe] != newer.Key() {
+		t.Errorf("after Ensure the image's recipe label is %q (%v), want %s", spec.Config.Labels[LabelRecipe], err, newer.Key())
+	}
+	checkImage(t, ctx, client, r.Ref)
+
 	// Export and import back under another name: the OCI archive path.
 	var buf bytes.Buffer
 	if err := client.Export(ctx, &buf, archive.WithImage(client.ImageService(), r.Ref)); err != nil {
