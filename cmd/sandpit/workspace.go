@@ -1,0 +1,98 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/sandpit-dev/sandpit/mcp"
+	"github.com/sandpit-dev/sandpit/store/snapshot"
+	"github.com/sandpit-dev/sandpit/store/workspace"
+)
+
+// dataDir is where persistent state lives: /var/lib/sandpit for root,
+// $XDG_DATA_HOME/sandpit otherwise.
+func dataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/sandpit"
+	}
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "sandpit")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".local", "share", "sandpit")
+}
+
+// workspaceFlags are serve's workspace flags. The per-run overlay
+// directories go under the runtime's --state-dir when the command has one.
+func workspaceFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "workspace", Value: filepath.Join(dataDir(), "workspace"), Usage: "directory shared by the file tools and every run (mounted at /workspace)", EnvVars: []string{"SANDPIT_WORKSPACE"}},
+		&cli.StringFlag{Name: "workspace-quota", Value: "1GiB", Usage: "most bytes one run may write into the workspace (it gets ENOSPC beyond); host-side writes are bounded by 4× this"},
+		&cli.StringFlag{Name: "snapshot-dir", Value: filepath.Join(dataDir(), "snapshots"), Usage: "content-addressed snapshot store and its index"},
+		&cli.IntFlag{Name: "undo-runs", Value: snapshot.DefaultMaxUndo, Usage: "how many runs undo_last_run can take back"},
+		&cli.BoolFlag{Name: "require-workspace-quota", Usage: "refuse to start when per-run overlays cannot be mounted (instead of binding the workspace without quota)"},
+	}
+}
+
+// workspaceConfig opens the workspace and its snapshot store, removes what a
+// crashed server left, and fills cfg's Workspace, Files and Snapshots. owner
+// is the host uid/gid of the sandbox user (zero: 1000:1000, or the current
+// user when not root).
+func workspaceConfig(c *cli.Context, cfg *mcp.Config, owner workspace.Owner) (cleanup func(), err error) {
+	quota, err := parseSize(c.String("workspace-quota"))
+	if err != nil {
+		return nil, fmt.Errorf("--workspace-quota: %w", err)
+	}
+	state := c.String("state-dir")
+	if state == "" {
+		state = filepath.Join(os.TempDir(), "sandpit-state")
+	}
+	snaps, err := snapshot.Open(c.String("snapshot-dir"), snapshot.Options{MaxUndo: c.Int("undo-runs"), Logger: slog.Default()})
+	if err != nil {
+		return nil, err
+	}
+	ws, err := workspace.Open(c.String("workspace"), workspace.Options{
+		StateDir:       filepath.Join(state, "workspace"),
+		Owner:          owner,
+		Quota:          quota,
+		RequireOverlay: c.Bool("require-workspace-quota"),
+		BeforeRun:      snaps.BeforeRun,
+		Logger:         slog.Default(),
+	})
+	if err != nil {
+		snaps.Close()
+		return nil, err
+	}
+	if err := ws.Sweep(c.Context); err != nil {
+		slog.Warn("leftover run views could not all be removed", "err", err)
+	}
+	slog.Info("workspace ready", "dir", ws.Dir(), "quota_bytes", quota, "per_run_overlay", ws.Isolated(), "snapshots", c.String("snapshot-dir"))
+	cfg.Workspace, cfg.Files, cfg.Snapshots = ws, ws, snaps.For(ws)
+	return func() { snaps.Close() }, nil
+}
+
+// parseSize reads "1GiB", "512MiB", "64k", "1g" or a byte count.
+func parseSize(s string) (int64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		m      int64
+	}{{"gib", 1 << 30}, {"mib", 1 << 20}, {"kib", 1 << 10}, {"gb", 1 << 30}, {"mb", 1 << 20}, {"kb", 1 << 10}, {"g", 1 << 30}, {"m", 1 << 20}, {"k", 1 << 10}, {"b", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%q is not a size (e.g. 1GiB, 512MiB)", s)
+	}
+	return n * mult, nil
+}
