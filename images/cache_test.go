@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	digest "github.com/opencontainers/go-digest"
@@ -240,5 +241,37 @@ func TestLockKey(t *testing.T) {
 		t.Errorf("lock after unlock = %v", err)
 	} else {
 		again()
+	}
+}
+
+// TestRemoveTreeUnmountsFirst: a debootstrap killed mid-run leaves /proc
+// and /sys mounted inside its target; cleanup must unmount, not delete
+// through them.
+func TestRemoveTreeUnmountsFirst(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	dir := filepath.Join(t.TempDir(), buildPrefix+"k1-1")
+	target := filepath.Join(dir, "rootfs", "proc")
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", target, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("cannot mount tmpfs here: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(target, syscall.MNT_DETACH) })
+	if err := os.WriteFile(filepath.Join(target, "self"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	removeTree(dir)
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("build dir still there after removeTree: %v", err)
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(mounts), dir) {
+		t.Errorf("a mount under %s survived removeTree", dir)
 	}
 }
