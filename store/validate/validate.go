@@ -1,0 +1,480 @@
+// Package validate checks JSON documents against JSON Schema and CSV files
+// against column constraints.
+//
+// Its guarantees: validation never fetches anything over the network (a
+// $ref to http(s) or any other unregistered URL is refused, and a file $ref
+// must stay inside the schema's own directory); malformed input (bad JSON,
+// bad CSV quoting, invalid UTF-8) is reported as errors in the result, never
+// a crash; CSV is streamed in constant memory apart from the documented
+// caps on unique-value tracking; and every error list is capped, with the
+// total count kept.
+package validate
+
+import (
+	"bufio"
+	"bytes"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+)
+
+// Errors callers branch on with errors.Is.
+var (
+	// ErrUnknownSchema: no schema is registered under the name.
+	ErrUnknownSchema = errors.New("unknown schema")
+	// ErrBadSchema: the schema is not valid JSON Schema or cannot compile.
+	ErrBadSchema = errors.New("invalid schema")
+	// ErrRemoteRef: the schema refers to something that is not fetched.
+	ErrRemoteRef = errors.New("schema reference not allowed")
+	// ErrBadConstraint: a CSV constraint or option is malformed.
+	ErrBadConstraint = errors.New("invalid CSV constraint")
+	// ErrInput: the input cannot be read (not the same as invalid data).
+	ErrInput = errors.New("cannot read input")
+)
+
+//go:embed schemas/*.json
+var builtinFS embed.FS
+
+// baseURL names registered schemas: "user" is sandpit:///schemas/user.json,
+// so one named schema can $ref another as "user.json".
+const baseURL = "sandpit:///schemas/"
+
+// NamedSchema is a registered schema.
+type NamedSchema struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Source      string          `json:"source" jsonschema:"builtin or the file it was loaded from"`
+	Schema      json.RawMessage `json:"schema"`
+}
+
+// Registry holds named schemas: the built-ins (config, user, dataset) and
+// any *.json in a configured directory, which may override a built-in.
+type Registry struct {
+	dir     string // "" when none
+	byName  map[string]*NamedSchema
+	docs    map[string]any // parsed, by name
+	mu      sync.Mutex
+	compile map[string]*jsonschema.Schema // compiled named schemas
+}
+
+// NewRegistry loads the built-ins and every *.json file in dir ("" for
+// none). A file that is not valid JSON Schema fails the whole load, so an
+// operator sees the mistake at startup rather than at first use.
+func NewRegistry(dir string) (*Registry, error) {
+	r := &Registry{byName: map[string]*NamedSchema{}, docs: map[string]any{}, compile: map[string]*jsonschema.Schema{}}
+	builtins, _ := builtinFS.ReadDir("schemas")
+	for _, f := range builtins {
+		b, _ := builtinFS.ReadFile("schemas/" + f.Name())
+		if err := r.add(strings.TrimSuffix(f.Name(), ".json"), "builtin", b); err != nil {
+			return nil, err
+		}
+	}
+	if dir != "" {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return nil, err
+		}
+		files, err := filepath.Glob(filepath.Join(abs, "*.json"))
+		if err != nil {
+			return nil, err
+		}
+		if _, err := os.Stat(abs); err != nil {
+			return nil, fmt.Errorf("schemas directory: %w", err)
+		}
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return nil, err
+			}
+			if err := r.add(strings.TrimSuffix(filepath.Base(f), ".json"), f, b); err != nil {
+				return nil, err
+			}
+		}
+		r.dir = abs
+	}
+	// Compile each now: a broken schema is an operator error.
+	for name := range r.byName {
+		if _, err := r.named(name); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+func (r *Registry) add(name, source string, b []byte) error {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		return fmt.Errorf("schema %s (%s): %w: %v", name, source, ErrBadSchema, err)
+	}
+	desc := ""
+	if m, ok := doc.(map[string]any); ok {
+		desc, _ = m["description"].(string)
+	}
+	r.byName[name] = &NamedSchema{Name: name, Description: desc, Source: source, Schema: json.RawMessage(b)}
+	r.docs[name] = doc
+	return nil
+}
+
+// List returns the registered schemas sorted by name.
+func (r *Registry) List() []NamedSchema {
+	out := make([]NamedSchema, 0, len(r.byName))
+	for _, s := range r.byName {
+		out = append(out, *s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (r *Registry) names() string {
+	var n []string
+	for _, s := range r.List() {
+		n = append(n, s.Name)
+	}
+	return strings.Join(n, ", ")
+}
+
+// compiler returns a compiler that knows every named schema, refuses every
+// other URL except files under allowDir (none when ""), and asserts
+// formats: a model writing "format": "email" expects it checked.
+func (r *Registry) compiler(allowDir string) (*jsonschema.Compiler, *loader) {
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.AssertFormat()
+	l := &loader{allowDir: allowDir}
+	c.UseLoader(l)
+	for name, doc := range r.docs {
+		if err := c.AddResource(baseURL+name+".json", doc); err != nil {
+			panic(err) // only on duplicate URLs, which the map rules out
+		}
+	}
+	return c, l
+}
+
+func (r *Registry) named(name string) (*jsonschema.Schema, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s, ok := r.compile[name]; ok {
+		return s, nil
+	}
+	if _, ok := r.docs[name]; !ok {
+		return nil, fmt.Errorf("%w %q: registered schemas are %s (or pass a schema object)", ErrUnknownSchema, name, r.names())
+	}
+	c, l := r.compiler(r.dir)
+	s, err := c.Compile(baseURL + name + ".json")
+	if err != nil {
+		return nil, l.schemaError(name, err)
+	}
+	r.compile[name] = s
+	return s, nil
+}
+
+// loader resolves $refs the compiler has no resource for: it refuses all
+// of them except file URLs inside allowDir, and remembers the first refusal
+// (the compiler's error does not wrap it).
+type loader struct {
+	allowDir string
+	refused  error
+}
+
+func (l *loader) Load(url string) (any, error) {
+	v, err := l.load(url)
+	if err != nil && l.refused == nil {
+		l.refused = err
+	}
+	return v, err
+}
+
+func (l *loader) load(url string) (any, error) {
+	if l.allowDir != "" && strings.HasPrefix(url, "file://") {
+		path, err := jsonschema.FileLoader{}.ToFile(url)
+		if err != nil {
+			return nil, err
+		}
+		real, err := filepath.EvalSymlinks(path)
+		if err != nil {
+			return nil, fmt.Errorf("%w: $ref %s: %v", ErrRemoteRef, url, err)
+		}
+		if rel, err := filepath.Rel(l.allowDir, real); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			return nil, fmt.Errorf("%w: $ref %s leaves the schema's directory", ErrRemoteRef, url)
+		}
+		return jsonschema.FileLoader{}.Load("file://" + real)
+	}
+	return nil, fmt.Errorf("%w: $ref %s is not fetched (no network, no files outside the schema's directory); inline the referenced schema under $defs, or reference a registered schema by name, e.g. {\"$ref\": \"user.json\"}", ErrRemoteRef, url)
+}
+
+// schemaError keeps the reason a schema failed to compile readable.
+func (l *loader) schemaError(name string, err error) error {
+	if l.refused != nil {
+		return fmt.Errorf("schema %s: %w", name, l.refused)
+	}
+	var sve *jsonschema.SchemaValidationError
+	var ve *jsonschema.ValidationError
+	if errors.As(err, &sve) && errors.As(sve.Err, &ve) {
+		var msgs []string
+		for _, leaf := range leaves(ve, nil) {
+			where := pointer(leaf.InstanceLocation)
+			if where == "" {
+				where = "the schema's root"
+			}
+			msgs = append(msgs, where+": "+leaf.ErrorKind.LocalizedString(printer))
+		}
+		return fmt.Errorf("%w: schema %s is not valid JSON Schema: %s", ErrBadSchema, name, strings.Join(msgs, "; "))
+	}
+	msg := strings.ReplaceAll(err.Error(), baseURL, "")
+	return fmt.Errorf("%w: schema %s: %s", ErrBadSchema, name, msg)
+}
+
+// SchemaRef picks the schema to validate against: exactly one of Name (a
+// registered schema), Inline (a decoded JSON object) or Path (a schema
+// file, already resolved to a host path by the caller; its $refs may name
+// files in its own directory).
+type SchemaRef struct {
+	Name   string
+	Inline any
+	Path   string
+}
+
+// Schema compiles the schema ref points at.
+func (r *Registry) Schema(ref SchemaRef) (*jsonschema.Schema, error) {
+	set := 0
+	for _, b := range []bool{ref.Name != "", ref.Inline != nil, ref.Path != ""} {
+		if b {
+			set++
+		}
+	}
+	if set != 1 {
+		return nil, fmt.Errorf("%w: give exactly one schema: a registered name (%s), an inline schema object, or a schema file", ErrBadSchema, r.names())
+	}
+	switch {
+	case ref.Name != "":
+		return r.named(strings.TrimSuffix(ref.Name, ".json"))
+	case ref.Path != "":
+		b, err := os.ReadFile(ref.Path)
+		if err != nil {
+			return nil, fmt.Errorf("%w: schema file: %v", ErrInput, err)
+		}
+		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+		if err != nil {
+			return nil, fmt.Errorf("%w: schema file %s is not JSON: %v", ErrBadSchema, filepath.Base(ref.Path), err)
+		}
+		abs, _ := filepath.Abs(ref.Path)
+		dir, err := filepath.EvalSymlinks(filepath.Dir(abs))
+		if err != nil {
+			return nil, fmt.Errorf("%w: schema file: %v", ErrInput, err)
+		}
+		url := "file://" + filepath.Join(dir, filepath.Base(abs))
+		c, l := r.compiler(dir)
+		if err := c.AddResource(url, doc); err != nil {
+			return nil, l.schemaError(filepath.Base(abs), err)
+		}
+		s, err := c.Compile(url)
+		if err != nil {
+			return nil, l.schemaError(filepath.Base(abs), err)
+		}
+		return s, nil
+	}
+	doc := ref.Inline
+	if _, ok := doc.(map[string]any); !ok {
+		if _, ok := doc.(bool); !ok {
+			return nil, fmt.Errorf("%w: an inline schema must be a JSON object (or true/false), got %T", ErrBadSchema, doc)
+		}
+	}
+	// Round-trip so numbers are json.Number, as the validator expects.
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadSchema, err)
+	}
+	doc, _ = jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	const url = baseURL + "inline/schema.json"
+	c, l := r.compiler("")
+	if err := c.AddResource(url, doc); err != nil {
+		return nil, l.schemaError("(inline)", err)
+	}
+	s, err := c.Compile(url)
+	if err != nil {
+		return nil, l.schemaError("(inline)", err)
+	}
+	return s, nil
+}
+
+// JSONError is one place where a document fails its schema.
+type JSONError struct {
+	// Line is the 1-based line of a JSONL record, 0 for a single document.
+	Line             int    `json:"line,omitempty"`
+	InstanceLocation string `json:"instance_location" jsonschema:"JSON Pointer to the failing value; empty for the whole document"`
+	SchemaLocation   string `json:"schema_location" jsonschema:"JSON Pointer to the failing keyword in the schema"`
+	Message          string `json:"message"`
+}
+
+// JSONResult is the outcome of validating JSON or JSONL.
+type JSONResult struct {
+	Valid      bool        `json:"valid"`
+	Records    int         `json:"records" jsonschema:"documents validated: 1 for JSON, the non-blank lines for JSONL"`
+	Invalid    int         `json:"invalid_records"`
+	ErrorCount int         `json:"error_count" jsonschema:"all errors found, including any not listed"`
+	Errors     []JSONError `json:"errors"`
+	Truncated  bool        `json:"truncated" jsonschema:"true when more errors were found than listed"`
+}
+
+// DefaultMaxErrors caps listed errors when the caller gives no cap.
+const DefaultMaxErrors = 50
+
+// maxLine is the longest JSONL line accepted.
+const maxLine = 16 << 20
+
+var printer = message.NewPrinter(language.English)
+
+// JSON validates one JSON document read from data.
+func JSON(s *jsonschema.Schema, data io.Reader, maxErrors int) (*JSONResult, error) {
+	res := newJSONResult(maxErrors)
+	b, err := io.ReadAll(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInput, err)
+	}
+	res.check(s, b, 0)
+	return res.done(), nil
+}
+
+// JSONL validates every non-blank line of data as its own document.
+func JSONL(s *jsonschema.Schema, data io.Reader, maxErrors int) (*JSONResult, error) {
+	res := newJSONResult(maxErrors)
+	sc := bufio.NewScanner(data)
+	sc.Buffer(make([]byte, 64<<10), maxLine)
+	line := 0
+	for sc.Scan() {
+		line++
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
+		res.check(s, sc.Bytes(), line)
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			res.add(JSONError{Line: line + 1, Message: fmt.Sprintf("line is longer than %d bytes; JSONL needs one document per line", maxLine)})
+			return res.done(), nil
+		}
+		return nil, fmt.Errorf("%w: %v", ErrInput, err)
+	}
+	return res.done(), nil
+}
+
+type jsonRun struct {
+	JSONResult
+	max int
+}
+
+func newJSONResult(maxErrors int) *jsonRun {
+	if maxErrors <= 0 {
+		maxErrors = DefaultMaxErrors
+	}
+	return &jsonRun{JSONResult: JSONResult{Errors: []JSONError{}}, max: maxErrors}
+}
+
+func (r *jsonRun) add(e JSONError) {
+	r.ErrorCount++
+	if len(r.Errors) < r.max {
+		r.Errors = append(r.Errors, e)
+	} else {
+		r.Truncated = true
+	}
+}
+
+func (r *jsonRun) done() *JSONResult {
+	r.Valid = r.ErrorCount == 0
+	return &r.JSONResult
+}
+
+func (r *jsonRun) check(s *jsonschema.Schema, b []byte, line int) {
+	r.Records++
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		r.Invalid++
+		r.add(JSONError{Line: line, Message: "not valid JSON: " + syntaxMessage(b, err)})
+		return
+	}
+	err = s.Validate(doc)
+	if err == nil {
+		return
+	}
+	r.Invalid++
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		r.add(JSONError{Line: line, Message: err.Error()})
+		return
+	}
+	for _, leaf := range leaves(ve, nil) {
+		inst := pointer(leaf.InstanceLocation)
+		where := "the document"
+		if inst != "" {
+			where = inst
+		}
+		r.add(JSONError{
+			Line:             line,
+			InstanceLocation: inst,
+			SchemaLocation:   schemaLocation(leaf),
+			Message:          where + ": " + leaf.ErrorKind.LocalizedString(printer),
+		})
+	}
+}
+
+// leaves returns the innermost errors, which name the failing keywords.
+func leaves(e *jsonschema.ValidationError, out []*jsonschema.ValidationError) []*jsonschema.ValidationError {
+	if len(e.Causes) == 0 {
+		return append(out, e)
+	}
+	for _, c := range e.Causes {
+		out = leaves(c, out)
+	}
+	return out
+}
+
+// schemaLocation is the failing keyword as a pointer into the schema,
+// prefixed by the schema file for named and file schemas.
+func schemaLocation(e *jsonschema.ValidationError) string {
+	loc := e.SchemaURL + pointer(e.ErrorKind.KeywordPath())
+	loc = strings.TrimPrefix(loc, baseURL+"inline/schema.json")
+	loc = strings.TrimPrefix(loc, baseURL)
+	if i := strings.LastIndex(loc, "/"); strings.HasPrefix(loc, "file://") && i >= 0 {
+		// A schema file: keep its base name, not the host path.
+		if h := strings.Index(loc, "#"); h >= 0 {
+			loc = filepath.Base(loc[:h]) + loc[h:]
+		}
+	}
+	if !strings.Contains(loc, "#") && strings.HasPrefix(loc, "/") {
+		loc = "#" + loc
+	}
+	return loc
+}
+
+func pointer(tokens []string) string {
+	var b strings.Builder
+	for _, t := range tokens {
+		b.WriteByte('/')
+		t = strings.ReplaceAll(t, "~", "~0")
+		b.WriteString(strings.ReplaceAll(t, "/", "~1"))
+	}
+	return b.String()
+}
+
+// syntaxMessage adds a line and column to a JSON syntax error.
+func syntaxMessage(b []byte, err error) string {
+	var se *json.SyntaxError
+	if errors.As(err, &se) && se.Offset > 0 && int(se.Offset) <= len(b) {
+		before := b[:se.Offset]
+		line := bytes.Count(before, []byte("\n")) + 1
+		col := int(se.Offset) - bytes.LastIndexByte(before, '\n') - 1
+		return fmt.Sprintf("%v (line %d, column %d)", se, line, col)
+	}
+	return err.Error()
+}
