@@ -21,6 +21,9 @@ import (
 // instances, keep theirs. It returns how many sandboxes it removed.
 func (r *Runtime) Sweep(ctx context.Context) (int, error) {
 	ctx = r.nsctx(ctx)
+	r.mu.Lock()
+	r.swept = true // this sweep replaces the automatic one at first connect
+	r.mu.Unlock()
 	c, err := r.connect(ctx)
 	if err != nil {
 		return 0, err

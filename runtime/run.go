@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -228,6 +230,25 @@ func (r *Runtime) steps(ctx context.Context, c *containerd.Client, img container
 	return r.step(ctx, c, img, id, dir, req.Stdin, opts, deadline)
 }
 
+// eofReader signals done once its data has been read to the end.
+type eofReader struct {
+	r    *bytes.Reader
+	done chan struct{}
+	once sync.Once
+}
+
+func newEOFReader(b []byte) *eofReader {
+	return &eofReader{r: bytes.NewReader(b), done: make(chan struct{})}
+}
+
+func (e *eofReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err == io.EOF {
+		e.once.Do(func() { close(e.done) })
+	}
+	return n, err
+}
+
 // killGrace bounds how long we wait for a killed task to be reaped.
 const killGrace = 5 * time.Second
 
@@ -235,6 +256,11 @@ const killGrace = 5 * time.Second
 func (r *Runtime) step(ctx context.Context, c *containerd.Client, img containerd.Image, cid, dir string, stdin []byte, extra []coci.SpecOpts, deadline time.Time) (_ *stepOutput, retErr error) {
 	// Cleanup must run even when the caller's context is cancelled.
 	cleanupCtx := context.WithoutCancel(ctx)
+	t0 := time.Now()
+	var tCreate, tTask, tStart, tExit time.Duration
+	defer func() {
+		r.log.Debug("sandbox step", "id", cid, "create", tCreate, "task", tTask, "start", tStart, "run", tExit, "total", time.Since(t0))
+	}()
 	labels := map[string]string{LabelInstance: r.cfg.Instance, LabelRun: cid}
 
 	specOpts := append([]coci.SpecOpts{oci.WithHardening(oci.Profile{
@@ -264,9 +290,11 @@ func (r *Runtime) step(ctx context.Context, c *containerd.Client, img containerd
 		}
 	}()
 
+	tCreate = time.Since(t0)
 	out := &stepOutput{stdout: newCappedBuffer(r.cfg.OutputBytes), stderr: newCappedBuffer(r.cfg.OutputBytes)}
+	in := newEOFReader(stdin)
 	creator := cio.NewCreator(
-		cio.WithStreams(bytes.NewReader(stdin), out.stdout, out.stderr),
+		cio.WithStreams(in, out.stdout, out.stderr),
 		cio.WithFIFODir(filepath.Join(dir, "fifo")),
 	)
 	task, err := container.NewTask(ctx, creator)
@@ -282,6 +310,7 @@ func (r *Runtime) step(ctx context.Context, c *containerd.Client, img containerd
 		}
 	}()
 
+	tTask = time.Since(t0)
 	exitC, err := task.Wait(cleanupCtx)
 	if err != nil {
 		return nil, fmt.Errorf("wait sandbox task: %w", err)
@@ -289,6 +318,18 @@ func (r *Runtime) step(ctx context.Context, c *containerd.Client, img containerd
 	if err := task.Start(ctx); err != nil {
 		return nil, fmt.Errorf("start sandbox task: %w", err)
 	}
+	tStart = time.Since(t0)
+	// The shim keeps the stdin FIFO open: the program sees EOF only once we
+	// close it explicitly, after the copier has delivered every byte.
+	go func() {
+		select {
+		case <-in.done:
+			if err := task.CloseIO(cleanupCtx, containerd.WithStdinCloser); err != nil && !errdefs.IsNotFound(err) {
+				r.log.Debug("close sandbox stdin", "id", cid, "err", err)
+			}
+		case <-exitC:
+		}
+	}()
 
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
@@ -314,6 +355,7 @@ func (r *Runtime) step(ctx context.Context, c *containerd.Client, img containerd
 			return nil, fmt.Errorf("sandbox %s did not exit %s after SIGKILL", cid, killGrace)
 		}
 	}
+	tExit = time.Since(t0)
 	if err := st.Error(); err != nil {
 		return nil, fmt.Errorf("wait sandbox task: %w", err)
 	}

@@ -4,9 +4,11 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/containerd/containerd/namespaces"
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/urfave/cli/v2"
 
+	"github.com/sandpit-dev/sandpit/images"
 	"github.com/sandpit-dev/sandpit/mcp"
 )
 
@@ -15,6 +17,7 @@ func serveCommand() *cli.Command {
 		&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second, Usage: "run_code's default timeout"},
 		&cli.DurationFlag{Name: "max-timeout", Value: 60 * time.Second, Usage: "the longest timeout a caller may ask for"},
 		&cli.IntFlag{Name: "max-code-kb", Value: 64, Usage: "largest code or stdin accepted (KiB)"},
+		&cli.BoolFlag{Name: "build-images", Value: true, Usage: "build the language image in the background if it is missing"},
 	)
 	return &cli.Command{
 		Name:  "serve",
@@ -26,6 +29,9 @@ func serveCommand() *cli.Command {
 				return err
 			}
 			defer rt.Close()
+			if c.Bool("build-images") {
+				go ensureImages(c)
+			}
 			cfg := mcp.Config{
 				Name:           "sandpit",
 				Version:        version,
@@ -39,5 +45,22 @@ func serveCommand() *cli.Command {
 			slog.Info("sandpit serving MCP on stdio", "version", version)
 			return server.ServeStdio(s)
 		},
+	}
+}
+
+// ensureImages builds the default image on first use, in the background so
+// that the MCP handshake is not held up; runs fail with a clear "image not
+// available" until it is ready.
+func ensureImages(c *cli.Context) {
+	client, err := dial(c)
+	if err != nil {
+		slog.Warn("cannot check images", "err", err)
+		return
+	}
+	defer client.Close()
+	ctx := namespaces.WithNamespace(c.Context, c.String("namespace"))
+	b := &images.Builder{Client: client}
+	if err := b.Ensure(ctx, images.DefaultRecipe()); err != nil {
+		slog.Error("building the default image failed; run `sandpit images build` to see why", "err", err)
 	}
 }

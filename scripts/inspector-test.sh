@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Drive `sandpit serve` with a real third-party MCP client: the MCP
+# Inspector's CLI mode (npm @modelcontextprotocol/inspector). Installs it
+# into a cache outside the checkout on first use. Skips (saying so) only when
+# npm is not installed at all; any failure of the client or server fails.
+#
+#   scripts/inspector-test.sh CONTAINERD_SOCKET
+set -euo pipefail
+cd "$(dirname "$0")/.."
+sock=${1:?usage: $0 CONTAINERD_SOCKET}
+version=2.12.0
+cache=${SANDPIT_CACHE_DIR:-/var/cache/sandpit}/npm
+if ! command -v npm >/dev/null; then
+	echo "inspector-test: SKIP: npm is not installed (apt-get install npm to run this test)"
+	exit 0
+fi
+if [ ! -x "$cache/node_modules/.bin/mcp-inspector" ] || ! grep -q "\"version\": \"$version\"" "$cache/node_modules/@modelcontextprotocol/inspector/package.json" 2>/dev/null; then
+	mkdir -p "$cache"
+	(cd "$cache" && npm install --no-audit --no-fund --loglevel=error "@modelcontextprotocol/inspector@$version" >/dev/null)
+fi
+inspector="$cache/node_modules/.bin/mcp-inspector"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+server=("$PWD/bin/sandpit" serve --address "$sock" --no-start --build-images=false --instance inspector-test --state-dir "$work/state")
+if bin/sandpit serve --help | grep -q -- --workspace; then
+	server+=(--workspace "$work/ws")
+fi
+fail=0
+expect() { # name, grep pattern, inspector args...
+	local name=$1 pattern=$2
+	shift 2
+	local out
+	if ! out=$(timeout 120 "$inspector" --cli "${server[@]}" "$@" 2>"$work/err"); then
+		echo "inspector-test: FAIL $name: client exited non-zero"; cat "$work/err"; fail=1; return
+	fi
+	if grep -q -- "$pattern" <<<"$out"; then
+		echo "inspector-test: ok   $name"
+	else
+		echo "inspector-test: FAIL $name: output lacks $pattern:"; echo "$out" | head -40; fail=1
+	fi
+}
+expect "tools/list has run_code" '"run_code"' --method tools/list
+expect "run_code python" '"stdout": "hello from inspector\\n"' --method tools/call --tool-name run_code --tool-arg language=python 'code=print("hello from inspector")'
+expect "run_code bad language is a tool error" '"isError": true' --method tools/call --tool-name run_code --tool-arg language=cobol code=x
+expect "list_supported_languages" '"cpp"' --method tools/call --tool-name list_supported_languages
+[ "$fail" -eq 0 ] && echo "inspector-test: 4 passed, 0 failed" || { echo "inspector-test: failed"; exit 1; }

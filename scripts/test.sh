@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The whole test suite, exactly as CI runs it (.ci/run calls this):
+# installs what is missing, starts a private containerd, builds the language
+# image (or reuses the cached one), then runs every test — the containerd
+# integration tests included, which fail rather than skip here — as root.
+#
+#   sudo scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "$(id -u)" -ne 0 ]; then
+	echo "test.sh: the integration tests create containers: run as root (sudo $0)" >&2
+	exit 1
+fi
+start=$(date +%s)
+scripts/install-deps.sh
+export PATH="/usr/local/go/bin:$PATH"
+
+echo "== build"
+go build -o bin/sandpit ./cmd/sandpit
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt needed on:"; echo "$unformatted"; exit 1
+fi
+go vet ./...
+
+echo "== containerd"
+sock=$(scripts/containerd.sh start)
+
+echo "== image"
+bin/sandpit images --address "$sock" build
+
+echo "== tests"
+export SANDPIT_TEST_CONTAINERD="$sock"
+export SANDPIT_REQUIRE_INTEGRATION=1
+export SANDPIT_BIN="$PWD/bin/sandpit"
+go test -count=1 -timeout 30m ./...
+
+if [ -x scripts/inspector-test.sh ]; then
+	echo "== MCP Inspector (third-party client)"
+	scripts/inspector-test.sh "$sock"
+fi
+echo "== all tests passed in $(( $(date +%s) - start ))s"
