@@ -36,6 +36,8 @@ func toolError(log *slog.Logger, tool string, err error) *mcpgo.CallToolResult {
 		errors.Is(err, runtime.ErrLimitsUnenforceable):
 		log.Warn("tool failed: sandbox unavailable", "tool", tool, "err", err)
 		return mcpgo.NewToolResultError(err.Error())
+	case isDataError(err): // data.go: refused SQL, timeouts, bad schemas or constraints...
+		return mcpgo.NewToolResultError(err.Error())
 	case isWorkspaceError(err): // snapshots.go: outside the workspace, not found, too large, unknown snapshot...
 		return mcpgo.NewToolResultError(err.Error())
 	}

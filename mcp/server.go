@@ -50,6 +50,14 @@ type Config struct {
 	Status func(context.Context) StatusReport
 	// Logs, when set, serves sandbox://logs.
 	Logs LogSource
+	// QueryDB, when set, serves describe_schema and query_db.
+	QueryDB QueryDB
+	// Validator, when set, serves validate_json_data, validate_csv_data,
+	// sandbox://schemas and the diagnose_validation_error prompt.
+	Validator Validator
+	// WorkspacePath, when set, resolves a workspace path to a host path that
+	// stays inside the workspace, for the data tools' path arguments.
+	WorkspacePath func(rel string) (string, error)
 
 	metrics *metrics // set by NewServer
 }
@@ -94,6 +102,7 @@ func NewServer(cfg Config) *server.MCPServer {
 	if cfg.Files != nil {
 		addWorkspaceTools(s, cfg)
 	}
+	addDataTools(s, cfg) // each tool only when its dependency is set
 	addObservability(s, cfg)
 	return s
 }

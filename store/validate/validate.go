@@ -478,3 +478,16 @@ func syntaxMessage(b []byte, err error) string {
 	}
 	return err.Error()
 }
+
+// ValidateJSON compiles ref and validates data against it, as one JSON
+// document or, when jsonl, one document per line.
+func (r *Registry) ValidateJSON(ref SchemaRef, data io.Reader, jsonl bool, maxErrors int) (*JSONResult, error) {
+	s, err := r.Schema(ref)
+	if err != nil {
+		return nil, err
+	}
+	if jsonl {
+		return JSONL(s, data, maxErrors)
+	}
+	return JSON(s, data, maxErrors)
+}
