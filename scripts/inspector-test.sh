@@ -41,6 +41,13 @@ expect() { # name, grep pattern, inspector args...
 }
 expect "tools/list has run_code" '"run_code"' --method tools/list
 expect "run_code python" '"stdout": "hello from inspector\\n"' --method tools/call --tool-name run_code --tool-arg language=python 'code=print("hello from inspector")'
-expect "run_code bad language is a tool error" '"isError": true' --method tools/call --tool-name run_code --tool-arg language=cobol code=x
+# The Inspector exits non-zero on a tool error and says so on stdout/stderr.
+if out=$(timeout 120 "$inspector" --cli "${server[@]}" --method tools/call --tool-name run_code --tool-arg language=cobol code=x 2>&1); then
+	echo "inspector-test: FAIL unknown language: the client saw success:"; echo "$out" | head -20; fail=1
+elif grep -q "tool_is_error" <<<"$out"; then
+	echo "inspector-test: ok   unknown language is a tool error"
+else
+	echo "inspector-test: FAIL unknown language: no tool error in:"; echo "$out" | head -20; fail=1
+fi
 expect "list_supported_languages" '"cpp"' --method tools/call --tool-name list_supported_languages
 [ "$fail" -eq 0 ] && echo "inspector-test: 4 passed, 0 failed" || { echo "inspector-test: failed"; exit 1; }
