@@ -9,6 +9,8 @@ import (
 	"os"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/sandpit-dev/sandpit/internal/logring"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -35,6 +37,7 @@ func main() {
 			doctorCommand(),
 			versionCommand(),
 			imagesCommand(),
+			historyCommand(),
 		},
 	}
 	if err := app.Run(os.Args); err != nil {
@@ -54,5 +57,6 @@ func setupLogging(c *cli.Context) {
 	if err := lvl.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 		lvl = slog.LevelInfo
 	}
-	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})))
+	logRing = logring.New(logRingSize, lvl) // sandbox://logs shows what stderr shows
+	slog.SetDefault(slog.New(logRing.Handler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))))
 }
