@@ -1,0 +1,39 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/sandpit-dev/sandpit/mcp"
+	"github.com/sandpit-dev/sandpit/store/querydb"
+	"github.com/sandpit-dev/sandpit/store/validate"
+)
+
+// dataFlags are serve's flags for the SQL and validation tools.
+func dataFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "db", Usage: "SQLite `FILE` served read-only by describe_schema and query_db", EnvVars: []string{"SANDPIT_DB"}},
+		&cli.StringFlag{Name: "schemas", Usage: "`DIR` of *.json JSON Schemas registered by file name for validate_json_data (beside the built-ins config, user, dataset)", EnvVars: []string{"SANDPIT_SCHEMAS"}},
+		&cli.DurationFlag{Name: "query-timeout", Value: 5 * time.Second, Usage: "time limit for one query_db query"},
+	}
+}
+
+// dataConfig opens what the data flags name and fills cfg. Call it after
+// cfg.WorkspacePath is set, so that query_db can open workspace databases.
+// Without --db the SQL tools are still served and answer that no database
+// is configured, with a hint.
+func dataConfig(c *cli.Context, cfg *mcp.Config) error {
+	qdb, err := querydb.New(c.String("db"), cfg.WorkspacePath, querydb.Options{Timeout: c.Duration("query-timeout")})
+	if err != nil {
+		return fmt.Errorf("--db: %w", err)
+	}
+	reg, err := validate.NewRegistry(c.String("schemas"))
+	if err != nil {
+		qdb.Close()
+		return fmt.Errorf("--schemas: %w", err)
+	}
+	cfg.QueryDB, cfg.Validator = qdb, reg
+	return nil
+}
