@@ -59,7 +59,7 @@ func (r *Runtime) Run(ctx context.Context, req Request) (*Result, error) {
 
 	id := newRunID()
 	started := time.Now()
-	res := &Result{ID: id, Language: lang.Name, Started: started.UTC(), Limits: r.limits(timeout)}
+	res := &Result{ID: id, Language: lang.Name, Started: started.UTC(), Limits: r.Limits(timeout)}
 
 	r.setLive(id, true)
 	defer r.setLive(id, false)
@@ -128,7 +128,8 @@ func (r *Runtime) validate(req Request) error {
 	return nil
 }
 
-func (r *Runtime) limits(timeout time.Duration) Limits {
+// Limits are the limits every run gets, with the given timeout.
+func (r *Runtime) Limits(timeout time.Duration) Limits {
 	l := r.cfg.Limits
 	return Limits{
 		MemoryBytes:    l.MemoryBytes,

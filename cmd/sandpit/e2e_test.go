@@ -66,10 +66,20 @@ func startServer(t *testing.T, env []string, args ...string) *client.Client {
 // instance label and state, so parallel tests never share sandboxes.
 func serverArgs(t *testing.T) []string {
 	addr := testenv.Containerd(t)
-	return []string{
+	return append([]string{
 		"--address", addr, "--no-start", "--build-images=false",
 		"--instance", "e2e-" + strings.ReplaceAll(t.Name(), "/", "-"),
-		"--state-dir", t.TempDir(),
+	}, storeArgs(t)...)
+}
+
+// storeArgs keeps a test server's persistent state in the test's temp dir.
+func storeArgs(t *testing.T) []string {
+	dir := t.TempDir()
+	return []string{
+		"--state-dir", filepath.Join(dir, "state"),
+		"--workspace", filepath.Join(dir, "workspace"),
+		"--snapshot-dir", filepath.Join(dir, "snapshots"),
+		"--history-db", filepath.Join(dir, "history.db"),
 	}
 }
 
@@ -229,7 +239,7 @@ func TestMCPListLanguages(t *testing.T) {
 // run_code call says which socket failed, quickly.
 func TestMCPMissingContainerd(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "nope", "containerd.sock")
-	c := startServer(t, nil, "--address", sock, "--no-start", "--build-images=false", "--state-dir", t.TempDir())
+	c := startServer(t, nil, append([]string{"--address", sock, "--no-start", "--build-images=false"}, storeArgs(t)...)...)
 	start := time.Now()
 	res := call(t, c, "run_code", map[string]any{"language": "python", "code": "print(1)"})
 	if d := time.Since(start); d > 5*time.Second {

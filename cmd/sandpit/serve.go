@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -10,10 +11,15 @@ import (
 
 	"github.com/sandpit-dev/sandpit/images"
 	"github.com/sandpit-dev/sandpit/mcp"
+	"github.com/sandpit-dev/sandpit/runtime"
+	"github.com/sandpit-dev/sandpit/store/workspace"
 )
 
 func serveCommand() *cli.Command {
-	flags := append(containerdFlags(),
+	flags := append(containerdFlags(), workspaceFlags()...)
+	flags = append(flags, dataFlags()...)
+	flags = append(flags, historyFlags()...)
+	flags = append(flags,
 		&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second, Usage: "run_code's default timeout"},
 		&cli.DurationFlag{Name: "max-timeout", Value: 60 * time.Second, Usage: "the longest timeout a caller may ask for"},
 		&cli.IntFlag{Name: "max-code-kb", Value: 64, Usage: "largest code or stdin accepted (KiB)"},
@@ -40,6 +46,29 @@ func serveCommand() *cli.Command {
 				MaxTimeout:     c.Duration("max-timeout"),
 				MaxCodeBytes:   c.Int("max-code-kb") << 10,
 				Logger:         slog.Default(),
+				Health:         rt,
+			}
+			uid, gid := rt.SandboxOwner()
+			closeWS, err := workspaceConfig(c, &cfg, workspace.Owner{UID: uid, GID: gid})
+			if err != nil {
+				return err
+			}
+			defer closeWS()
+			if ws, ok := cfg.Files.(interface {
+				Resolve(string) (string, error)
+			}); ok {
+				cfg.WorkspacePath = ws.Resolve
+			}
+			if err := dataConfig(c, &cfg); err != nil {
+				return err
+			}
+			closeHistory, err := historyConfig(c, &cfg)
+			if err != nil {
+				return err
+			}
+			defer closeHistory()
+			cfg.Status = func(ctx context.Context) mcp.StatusReport {
+				return statusReport(ctx, rt)
 			}
 			s := mcp.NewServer(cfg)
 			slog.Info("sandpit serving MCP on stdio", "version", version)
@@ -62,5 +91,22 @@ func ensureImages(c *cli.Context) {
 	b := &images.Builder{Client: client}
 	if err := b.Ensure(ctx, images.DefaultRecipe()); err != nil {
 		slog.Error("building the default image failed; run `sandpit images build` to see why", "err", err)
+	}
+}
+
+// statusReport is what only the runtime knows, for sandbox://status.
+func statusReport(ctx context.Context, rt *runtime.Runtime) mcp.StatusReport {
+	h := rt.Health(ctx)
+	l := rt.Limits(0)
+	return mcp.StatusReport{
+		ContainerdAddress: h.ContainerdAddress,
+		ContainerdVersion: h.ContainerdVersion,
+		Namespace:         h.Namespace,
+		Runtime:           h.Runtime,
+		Rootless:          h.Rootless,
+		UserNamespace:     h.UserNamespace,
+		Network:           "none",
+		Limits:            &l,
+		Images:            h.Images,
 	}
 }
