@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -156,6 +157,46 @@ func TestRecordGetRoundTrip(t *testing.T) {
 	}
 	if _, err := h.Get(ctx, "nope"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Get(missing) = %v, want ErrNotFound", err)
+	}
+}
+
+func TestConcurrentRecordsAndReads(t *testing.T) {
+	ctx := t.Context()
+	h := open(t)
+	const writers, each = 6, 40
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*each+writers)
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				// Half the writers share code, so code inserts race too.
+				code := fmt.Sprint("print(", i, ")")
+				if w%2 == 1 {
+					code = fmt.Sprint("w", w, "-", i)
+				}
+				if err := h.Record(ctx, run(fmt.Sprint("c", w, "-", i), time.Duration(i)*time.Second, "python", "success", code)); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 20 {
+			if _, err := h.List(ctx, Filter{Limit: 50}); err != nil {
+				errs <- err
+			}
+			if _, err := h.Prune(ctx, 0, writers*each); err != nil {
+				errs <- err
+			}
+		}
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n, _ := h.Count(ctx); n != writers*each {
+		t.Errorf("%d runs, want %d", n, writers*each)
 	}
 }
 
