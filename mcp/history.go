@@ -81,8 +81,8 @@ func historyRun(req runtime.Request, res *runtime.Result) history.Run {
 		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
 		StdoutHead: res.Stdout, StderrHead: res.Stderr, // the store keeps the first KiB
 	}
-	if res.Files != nil {
-		r.Files, _ = json.Marshal(res.Files)
+	if f := res.Files; f != nil && len(f.Created)+len(f.Modified)+len(f.Deleted) > 0 {
+		r.Files, _ = json.Marshal(f)
 	}
 	r.Limits, _ = json.Marshal(res.Limits)
 	return r

@@ -82,7 +82,7 @@ func secureScriptPrompt(s StatusReport, task, lang string) string {
 		if libs := s.Libraries[l.Name]; len(libs) > 0 {
 			fmt.Fprintf(&b, "; libraries: %s", strings.Join(libs, ", "))
 		} else {
-			b.WriteString("; standard library only, no packages can be installed")
+			b.WriteString("; nothing beyond what the image ships, and nothing can be installed")
 		}
 		b.WriteString("\n")
 	}
