@@ -264,7 +264,14 @@ func saveCache(ctx context.Context, tx *sql.Tx, ws string, prev, next map[string
 // whose stat matches the cache are not read; the others are hashed and, with
 // store, copied into the blob store.
 func (s *Store) scan(ctx context.Context, ws *workspace.Workspace, prev map[string]cached, store bool) ([]entry, map[string]cached, error) {
+	es, next, _, err := s.scanCount(ctx, ws, prev, store)
+	return es, next, err
+}
+
+// scanCount is scan that also says how many files it had to read.
+func (s *Store) scanCount(ctx context.Context, ws *workspace.Workspace, prev map[string]cached, store bool) ([]entry, map[string]cached, int, error) {
 	var out []entry
+	read := 0
 	next := map[string]cached{}
 	err := ws.Scan(ctx, func(r *os.Root) error {
 		return fs.WalkDir(r.FS(), ".", func(p string, d fs.DirEntry, err error) error {
@@ -287,10 +294,14 @@ func (s *Store) scan(ctx context.Context, ws *workspace.Workspace, prev map[stri
 				e.Dir = true
 			case fi.Mode().IsRegular():
 				st := statOf(fi)
-				if c, ok := prev[p]; ok && c.stat == st && (!store || s.blobs.has(c.SHA)) {
+				// A cached hash's blob exists: GC drops cache rows with the
+				// blobs it frees, and cannot run while this scan holds gc.
+				if c, ok := prev[p]; ok && c.stat == st {
 					e.SHA = c.SHA
 				} else if e.SHA, err = s.hashFile(r, p, fi, store); err != nil {
 					return fmt.Errorf("snapshot %s: %w", p, err)
+				} else {
+					read++
 				}
 				e.Size = st.Size
 				next[p] = cached{stat: st, SHA: e.SHA}
@@ -301,7 +312,7 @@ func (s *Store) scan(ctx context.Context, ws *workspace.Workspace, prev map[stri
 			return nil
 		})
 	})
-	return out, next, err
+	return out, next, read, err
 }
 
 func (s *Store) hashFile(r *os.Root, p string, fi fs.FileInfo, store bool) (string, error) {
@@ -352,12 +363,14 @@ func (s *Store) create(ctx context.Context, ws *workspace.Workspace, kind, descr
 	if err != nil {
 		return Snapshot{}, err
 	}
-	es, next, err := s.scan(ctx, ws, prev, true)
+	es, next, read, err := s.scanCount(ctx, ws, prev, true)
 	if err != nil {
 		return Snapshot{}, err
 	}
-	if err := s.blobs.sync(); err != nil {
-		return Snapshot{}, fmt.Errorf("sync blobs: %w", err)
+	if read > 0 {
+		if err := s.blobs.sync(); err != nil {
+			return Snapshot{}, fmt.Errorf("sync blobs: %w", err)
+		}
 	}
 	tree := treeHash(es)
 	snap := Snapshot{Description: description, Created: time.Now()}
@@ -678,6 +691,11 @@ func (s *Store) GC(ctx context.Context) (int, int64, error) {
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
+		return 0, 0, err
+	}
+	// Forget unreferenced hashes in the stat cache first: a cache hit
+	// promises the blob exists.
+	if _, err := s.db.ExecContext(ctx, `DELETE FROM statcache WHERE sha256 NOT IN (SELECT sha256 FROM entries)`); err != nil {
 		return 0, 0, err
 	}
 	var n int

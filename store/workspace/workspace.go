@@ -691,7 +691,9 @@ func (w *Workspace) Replace(ctx context.Context, build func(stage string, cur *o
 		syncDir(filepath.Dir(w.dir))
 	}
 	// Before the exchange the stage holds the unused new tree, after it the
-	// old one: either way it goes.
+	// old one: either way it goes, before the lock is released, because files
+	// a build hard-linked from the old tree have two links until then (and
+	// reads refuse hard links).
 	if rerr := os.RemoveAll(stage); rerr != nil {
 		w.log.Warn("could not remove the restore stage; it is removed at next start", "stage", stage, "err", rerr)
 	}
