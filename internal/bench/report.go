@@ -1,0 +1,192 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	goruntime "runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Machine describes the host a report was measured on.
+type Machine struct {
+	CPUs       int               `json:"cpus"`
+	Model      string            `json:"model"`
+	Kernel     string            `json:"kernel"`
+	LoadBefore string            `json:"load_before"` // /proc/loadavg: 1, 5, 15 minutes
+	LoadAfter  string            `json:"load_after"`
+	Versions   map[string]string `json:"versions"` // containerd, runc, python, gcc…
+}
+
+// Describe reads the host's CPUs, model, kernel and current load.
+func Describe() Machine {
+	m := Machine{CPUs: goruntime.NumCPU(), LoadBefore: LoadAverage(), Versions: map[string]string{}}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.Model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return m
+}
+
+// LoadAverage is the first three fields of /proc/loadavg.
+func LoadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
+}
+
+// CommandVersion is the first line a program prints for args (e.g.
+// "--version"), or "" when it cannot be run.
+func CommandVersion(ctx context.Context, name string, args ...string) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		return ""
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line
+}
+
+// Unavailable is a comparator that could not be measured here, and why.
+type Unavailable struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+}
+
+// Report is the result of one `sandpit bench` run.
+type Report struct {
+	Command     string        `json:"command"`
+	Program     string        `json:"program"`
+	Notes       []string      `json:"notes,omitempty"`
+	Machine     Machine       `json:"machine"`
+	Warmup      int           `json:"warmup"`
+	Latency     []Latency     `json:"latency"`
+	Throughput  []Throughput  `json:"throughput,omitempty"`
+	Unavailable []Unavailable `json:"unavailable,omitempty"`
+	// Leftovers lists what the run left behind; it is empty after a clean run.
+	Leftovers []string `json:"leftovers"`
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteTable writes the report for a reader.
+func (r *Report) WriteTable(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	m := r.Machine
+	fmt.Fprintf(bw, "$ %s\n", r.Command)
+	fmt.Fprintf(bw, "program: %s\n", r.Program)
+	fmt.Fprintf(bw, "machine: %d × %s, Linux %s\n", m.CPUs, m.Model, m.Kernel)
+	fmt.Fprintf(bw, "load:    %s before, %s after\n", m.LoadBefore, m.LoadAfter)
+	for _, k := range sortedKeys(m.Versions) {
+		fmt.Fprintf(bw, "%-8s %s\n", k+":", m.Versions[k])
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(bw, "note:    %s\n", n)
+	}
+
+	fmt.Fprintf(bw, "\nlatency (interleaved rounds, %d warm-up rounds discarded)\n", r.Warmup)
+	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
+	w0 := len("name")
+	for _, l := range r.Latency {
+		w0 = max(w0, len(l.Name))
+	}
+	for _, t := range r.Throughput {
+		w0 = max(w0, len(t.Name))
+	}
+	fmt.Fprintf(tw, "%-*s\tgroup\tn\terrors\tmedian ms\tp90 ms\tmin ms\tmax ms\t× host\t× runc\t\n", w0, "name")
+	for _, l := range r.Latency {
+		fmt.Fprintf(tw, "%-*s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", w0, l.Name, l.Group, l.N, l.Errors,
+			num(l.MedianMS, l.N), num(l.P90MS, l.N), num(l.MinMS, l.N), num(l.MaxMS, l.N), rat(l.VsHost), rat(l.VsRunc))
+	}
+	tw.Flush()
+
+	if len(r.Throughput) > 0 {
+		fmt.Fprintln(bw, "\nthroughput (concurrent clients, alternating rounds)")
+		tw = tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "%-*s\tgroup\tclients\truns\terrors\tseconds\truns/s\t× host\t× runc\t\n", w0, "name")
+		for _, t := range r.Throughput {
+			fmt.Fprintf(tw, "%-*s\t%s\t%d\t%d\t%d\t%.2f\t%.2f\t%s\t%s\t\n", w0, t.Name, t.Group, t.Concurrency, t.Runs, t.Errors,
+				t.Seconds, t.RunsPerSec, rat(t.VsHost), rat(t.VsRunc))
+		}
+		tw.Flush()
+	}
+
+	var failed []string
+	for _, l := range r.Latency {
+		if l.FirstError != "" {
+			failed = append(failed, fmt.Sprintf("  %s: %s", l.Name, l.FirstError))
+		}
+	}
+	for _, t := range r.Throughput {
+		if t.FirstError != "" {
+			failed = append(failed, fmt.Sprintf("  %s ×%d: %s", t.Name, t.Concurrency, t.FirstError))
+		}
+	}
+	if len(failed) > 0 {
+		fmt.Fprintln(bw, "\nfirst errors:")
+		fmt.Fprintln(bw, strings.Join(failed, "\n"))
+	}
+	if len(r.Unavailable) > 0 {
+		fmt.Fprintln(bw, "\nnot available:")
+		for _, u := range r.Unavailable {
+			fmt.Fprintf(bw, "  %s: %s\n", u.Name, u.Reason)
+		}
+	}
+	if len(r.Leftovers) > 0 {
+		fmt.Fprintln(bw, "\nLEFT BEHIND:")
+		for _, l := range r.Leftovers {
+			fmt.Fprintf(bw, "  %s\n", l)
+		}
+	} else {
+		fmt.Fprintln(bw, "\nnothing left behind")
+	}
+	return bw.Flush()
+}
+
+func num(v float64, n int) string {
+	if n == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+func rat(r *float64) string {
+	if r == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", *r)
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
