@@ -38,6 +38,7 @@ func main() {
 			versionCommand(),
 			imagesCommand(),
 			historyCommand(),
+			benchCommand(),
 		},
 	}
 	if err := app.Run(os.Args); err != nil {
