@@ -226,25 +226,33 @@ func withUserNamespace(m *IDMap) coci.SpecOpts {
 }
 
 // withMounts replaces containerd's default mount list with a tighter one:
-// every tmpfs is size-limited, /tmp and /dev/shm are noexec, devpts has no
-// gid=5 (which breaks under a user namespace), /sys is read-only and there is
-// no cgroup filesystem and no /run.
+// every tmpfs is size-limited, /tmp and /dev/shm are noexec with a bounded
+// inode count, devpts has no gid=5 (which breaks under a user namespace),
+// /sys is read-only and there is no cgroup filesystem and no /run.
 func withMounts(l Limits) coci.SpecOpts {
 	return func(_ context.Context, _ coci.Client, _ *containers.Container, s *coci.Spec) error {
 		s.Mounts = []specs.Mount{
 			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
 			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "noexec", "strictatime", "mode=755", "size=1024k"}},
 			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
-			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", sizeOpt(l.ShmBytes)}},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", sizeOpt(l.ShmBytes), inodesOpt(l.ShmBytes)}},
 			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
-			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", sizeOpt(l.TmpfsBytes)}},
+			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", sizeOpt(l.TmpfsBytes), inodesOpt(l.TmpfsBytes)}},
 		}
 		return nil
 	}
 }
 
 func sizeOpt(b int64) string { return "size=" + strconv.FormatInt(b, 10) }
+
+// inodesOpt bounds a tmpfs's inode count to one per page of its size. The
+// kernel's default is half the host's RAM pages, so without it a loop of
+// empty files would pin millions of inodes and dentries (kernel memory)
+// long before the size limit bites.
+func inodesOpt(size int64) string {
+	return "nr_inodes=" + strconv.FormatInt(max(1024, size/4096), 10)
+}
 
 // withLimits sets the cgroup limits. Swap equal to memory means no swap.
 func withLimits(l Limits) coci.SpecOpts {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/containerd/containerd/containers"
@@ -133,6 +134,9 @@ func TestTmpfsMountsAreBoundedAndNoexec(t *testing.T) {
 		}
 		if !slices.Contains(m.Options, "noexec") {
 			t.Errorf("tmpfs %s is executable: %v", m.Destination, m.Options)
+		}
+		if m.Destination != "/dev" && !slices.ContainsFunc(m.Options, func(o string) bool { return strings.HasPrefix(o, "nr_inodes=") }) {
+			t.Errorf("tmpfs %s has no inode limit: %v", m.Destination, m.Options)
 		}
 	}
 	for _, m := range s.Mounts {
