@@ -484,7 +484,21 @@ func (s *Store) Restore(ctx context.Context, ws *workspace.Workspace, id string)
 	}
 	next := map[string]cached{}
 	err = ws.Replace(ctx, func(stage string, cur *os.Root) error {
-		return s.build(ctx, ws, stage, cur, es, prev, next)
+		return s.build(ctx, ws, stage, cur, es, prev)
+	}, func(r *os.Root) error {
+		// Stats are final only now: removing the old tree changed the
+		// ctime of every file that was hard-linked from it.
+		for _, e := range es {
+			if e.Dir {
+				continue
+			}
+			fi, err := r.Lstat(e.Path)
+			if err != nil {
+				return err
+			}
+			next[e.Path] = cached{stat: statOf(fi), SHA: e.SHA}
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("restore %s: %w", id, err)
@@ -506,7 +520,7 @@ func (s *Store) Restore(ctx context.Context, ws *workspace.Workspace, id string)
 // owner already match in the current workspace is hard-linked from it (the
 // old tree is deleted after the swap, so links never outlive the restore);
 // every other file is copied from its blob.
-func (s *Store) build(ctx context.Context, ws *workspace.Workspace, stage string, cur *os.Root, es []entry, prev, next map[string]cached) error {
+func (s *Store) build(ctx context.Context, ws *workspace.Workspace, stage string, cur *os.Root, es []entry, prev map[string]cached) error {
 	r, err := os.OpenRoot(stage)
 	if err != nil {
 		return err
@@ -534,11 +548,6 @@ func (s *Store) build(ctx context.Context, ws *workspace.Workspace, stage string
 				return fmt.Errorf("restore %s: %w", e.Path, err)
 			}
 		}
-		fi, err := r.Lstat(e.Path)
-		if err != nil {
-			return err
-		}
-		next[e.Path] = cached{stat: statOf(fi), SHA: e.SHA}
 	}
 	for _, e := range slices.Backward(es) {
 		if !e.Dir {

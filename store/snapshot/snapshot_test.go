@@ -355,3 +355,35 @@ func restoreChild(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRestoreReusesUnchangedFiles: a restore where one file changed rewrites
+// that file only (the others keep their inode), and the next snapshot reads
+// nothing it already knows, restore after restore.
+func TestRestoreReusesUnchangedFiles(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	write(t, e.ws, map[string]string{"a": "1", "d/b": "2", "d/c": "3"})
+	snap, err := e.store.Create(ctx, e.ws, "base")
+	must(t, err)
+	for i := range 3 {
+		before, err := os.Stat(filepath.Join(e.ws.Dir(), "d/b"))
+		must(t, err)
+		write(t, e.ws, map[string]string{"a": fmt.Sprint("changed ", i)})
+		must(t, e.store.Restore(ctx, e.ws, snap.ID))
+		after, err := os.Stat(filepath.Join(e.ws.Dir(), "d/b"))
+		must(t, err)
+		if !os.SameFile(before, after) {
+			t.Errorf("restore %d rewrote an unchanged file", i)
+		}
+		if n := after.Sys().(*syscall.Stat_t).Nlink; n != 1 {
+			t.Errorf("restore %d left d/b with %d links", i, n)
+		}
+		prev, err := e.store.loadCache(ctx, e.ws.ID())
+		must(t, err)
+		_, _, read, err := e.store.scanCount(ctx, e.ws, prev, false)
+		must(t, err)
+		if read != 0 {
+			t.Errorf("after restore %d a scan read %d files, want 0", i, read)
+		}
+	}
+}

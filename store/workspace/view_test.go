@@ -248,12 +248,12 @@ func TestReplaceRefusedDuringRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = w.Replace(ctx, func(string, *os.Root) error { return nil })
+	err = w.Replace(ctx, func(string, *os.Root) error { return nil }, nil)
 	if !errors.Is(err, ErrBusy) {
 		t.Errorf("Replace during a run = %v, want ErrBusy", err)
 	}
 	v.Close(ctx)
-	if err := w.Replace(ctx, func(string, *os.Root) error { return nil }); err != nil {
+	if err := w.Replace(ctx, func(string, *os.Root) error { return nil }, nil); err != nil {
 		t.Errorf("Replace after the run = %v", err)
 	}
 }

@@ -653,7 +653,10 @@ func randomName() string {
 // renameat2(RENAME_EXCHANGE). A crash at any point leaves the workspace
 // either entirely old or entirely new; Open removes the leftover stage.
 // Replace fails with ErrBusy while a run is open.
-func (w *Workspace) Replace(ctx context.Context, build func(stage string, cur *os.Root) error) error {
+//
+// after, when not nil, is called with the new tree once the old one is gone,
+// still under the exclusive lock (e.g. to record stats no writer can change).
+func (w *Workspace) Replace(ctx context.Context, build func(stage string, cur *os.Root) error, after func(r *os.Root) error) error {
 	if !w.runs.TryLock() {
 		return fmt.Errorf("restore: %w (wait for it to finish, then try again)", ErrBusy)
 	}
@@ -696,6 +699,14 @@ func (w *Workspace) Replace(ctx context.Context, build func(stage string, cur *o
 	// reads refuse hard links).
 	if rerr := os.RemoveAll(stage); rerr != nil {
 		w.log.Warn("could not remove the restore stage; it is removed at next start", "stage", stage, "err", rerr)
+	}
+	if err == nil && after != nil {
+		r, err := os.OpenRoot(w.dir)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		return after(r)
 	}
 	return err
 }
