@@ -2,13 +2,14 @@ package runtime_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +22,8 @@ import (
 	"github.com/sandpit-dev/sandpit/runtime"
 )
 
+var instanceSeq atomic.Int64
+
 // newRuntime returns a runtime on the test containerd with its own instance
 // label, so its janitor and leak checks see only this test's sandboxes.
 func newRuntime(t *testing.T, mod ...func(*runtime.Config)) *runtime.Runtime {
@@ -29,7 +32,7 @@ func newRuntime(t *testing.T, mod ...func(*runtime.Config)) *runtime.Runtime {
 	cfg := runtime.Config{
 		Address:   addr,
 		Namespace: testenv.Namespace,
-		Instance:  "test-" + strings.ReplaceAll(t.Name(), "/", "-"),
+		Instance:  fmt.Sprintf("test-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), instanceSeq.Add(1)),
 		StateDir:  t.TempDir(),
 		Languages: runtime.DefaultLanguages(testenv.Image()),
 		UserNS:    testenv.IDMap(),
@@ -42,8 +45,8 @@ func newRuntime(t *testing.T, mod ...func(*runtime.Config)) *runtime.Runtime {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		r.Close() // waits for background cleanup and drains any pool
 		assertNothingLeft(t, addr, cfg.Instance)
-		r.Close()
 	})
 	return r
 }
@@ -149,6 +152,7 @@ func TestTimeoutKillsAndCleansUp(t *testing.T) {
 		t.Errorf("cpu %d ms over %d ms wall: want measured and within the 1-CPU quota", cpu, res.Usage.WallMS)
 	}
 	// assertNothingLeft in cleanup checks containers and snapshots; check ctr too.
+	r.Settle()
 	out, err := exec.Command("ctr", "--address", testenv.Containerd(t), "-n", testenv.Namespace, "tasks", "ls").CombinedOutput()
 	if err != nil {
 		t.Fatalf("ctr tasks ls: %v: %s", err, out)
@@ -274,28 +278,36 @@ func TestSandboxRunsAsMappedHostUID(t *testing.T) {
 	<-done
 }
 
+// crashChildEnv makes the test binary act as a server that starts a long
+// run and is then killed with SIGKILL by the test: a real crash.
+const crashChildEnv = "SANDPIT_TEST_CRASH_CHILD"
+
+func TestMain(m *testing.M) {
+	if cfg := os.Getenv(crashChildEnv); cfg != "" {
+		var c runtime.Config
+		if err := json.Unmarshal([]byte(cfg), &c); err != nil {
+			panic(err)
+		}
+		r, err := runtime.New(c)
+		if err != nil {
+			panic(err)
+		}
+		r.Run(context.Background(), runtime.Request{Language: "bash", Code: "sleep 120", Timeout: 120 * time.Second})
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
 func TestJanitorRemovesOrphans(t *testing.T) {
 	addr := testenv.Containerd(t)
 	instance := "test-janitor"
-	state := t.TempDir()
-	cfg := runtime.Config{Address: addr, Namespace: testenv.Namespace, Instance: instance, StateDir: state, Languages: runtime.DefaultLanguages(testenv.Image()), UserNS: testenv.IDMap()}
-	// A "crashed server": start a long run and abandon it by cancelling
-	// nothing — the process that owns it is the test binary itself, so
-	// simulate the crash by running a second runtime's sweep while it runs.
-	r1, err := runtime.New(cfg)
-	if err != nil {
+	cfg := runtime.Config{Address: addr, Namespace: testenv.Namespace, Instance: instance, StateDir: t.TempDir(), Languages: runtime.DefaultLanguages(testenv.Image()), UserNS: testenv.IDMap()}
+	b, _ := json.Marshal(cfg)
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), crashChildEnv+"="+string(b))
+	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer r1.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		r1.Run(ctx, runtime.Request{Language: "bash", Code: "sleep 60", Timeout: 60 * time.Second})
-	}()
-	// Wait for its container to exist.
 	c, err := containerd.New(addr)
 	if err != nil {
 		t.Fatal(err)
@@ -303,14 +315,25 @@ func TestJanitorRemovesOrphans(t *testing.T) {
 	defer c.Close()
 	nctx := namespaces.WithNamespace(context.Background(), testenv.Namespace)
 	filter := fmt.Sprintf("labels.%q==%q", runtime.LabelInstance, instance)
-	for i := 0; i < 100; i++ {
-		if ctrs, _ := c.Containers(nctx, filter); len(ctrs) > 0 {
-			break
-		}
+	running := false
+	for i := 0; i < 200 && !running; i++ {
 		time.Sleep(50 * time.Millisecond)
+		ctrs, _ := c.Containers(nctx, filter)
+		for _, ctr := range ctrs {
+			if task, err := ctr.Task(nctx, nil); err == nil {
+				if st, err := task.Status(nctx); err == nil && st.Status == containerd.Running {
+					running = true
+				}
+			}
+		}
 	}
-	// A second server with the same instance (the restart) sweeps at first use.
-	cfg.StateDir = filepath.Join(state, "second")
+	child.Process.Kill() // SIGKILL: the server dies mid-run
+	child.Wait()
+	if !running {
+		t.Fatal("the crashing server's sandbox never ran")
+	}
+	// The restarted server sweeps what the dead one left: the running sandbox
+	// and its run directory.
 	r2, err := runtime.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -323,8 +346,9 @@ func TestJanitorRemovesOrphans(t *testing.T) {
 	if n != 1 {
 		t.Errorf("swept %d sandboxes, want 1", n)
 	}
-	cancel()
-	wg.Wait()
+	if left, _ := os.ReadDir(filepath.Join(cfg.StateDir, "runs")); len(left) > 0 {
+		t.Errorf("run dirs left: %v", left)
+	}
 	assertNothingLeft(t, addr, instance)
 }
 

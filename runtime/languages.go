@@ -56,3 +56,17 @@ func DefaultLanguages(image string) []LanguageSpec {
 		},
 	}
 }
+
+// argv returns argv with the source file replaced by the workspace file at
+// rel, when a run names one.
+func (l *LanguageSpec) argv(argv []string, rel string) []string {
+	src := path.Join(oci.SourceDir, l.File)
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		if a == src && rel != "" {
+			a = path.Join(oci.WorkspaceDir, rel)
+		}
+		out[i] = a
+	}
+	return out
+}

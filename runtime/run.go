@@ -1,26 +1,21 @@
 package runtime
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	v1 "github.com/containerd/cgroups/v3/cgroup1/stats"
 	v2 "github.com/containerd/cgroups/v3/cgroup2/stats"
 	"github.com/containerd/containerd"
-	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/errdefs"
 	coci "github.com/containerd/containerd/oci"
-	"github.com/containerd/containerd/snapshots"
 	"github.com/containerd/typeurl/v2"
 
 	"github.com/sandpit-dev/sandpit/oci"
@@ -61,14 +56,6 @@ func (r *Runtime) Run(ctx context.Context, req Request) (*Result, error) {
 	started := time.Now()
 	res := &Result{ID: id, Language: lang.Name, Started: started.UTC(), Limits: r.Limits(timeout)}
 
-	r.setLive(id, true)
-	defer r.setLive(id, false)
-	dir, err := r.prepareRunDir(id, lang, req)
-	defer os.RemoveAll(dir)
-	if err != nil {
-		return nil, err
-	}
-
 	var view View
 	if req.Workspace != nil {
 		view, err = req.Workspace.Open(ctx, id)
@@ -78,7 +65,18 @@ func (r *Runtime) Run(ctx context.Context, req Request) (*Result, error) {
 	}
 	deadline := started.Add(timeout)
 
-	out, err := r.steps(ctx, client, img, id, dir, lang, req, view, deadline)
+	var out *stepOutput
+	if w := r.claimWarm(lang); w != nil {
+		out, err = r.runWarm(ctx, w, lang, req, view, deadline)
+		if view != nil {
+			if derr := detachWorkspace(w); derr != nil && err == nil {
+				err = fmt.Errorf("detach workspace: %w", derr)
+			}
+		}
+		r.background(func() { r.destroyWarm(w) })
+	} else {
+		out, err = r.runCold(ctx, client, img, id, lang, req, view, deadline)
+	}
 	if view != nil {
 		// Changes land whatever the status; a failed merge is a server error.
 		changes, cerr := view.Close(context.WithoutCancel(ctx))
@@ -102,6 +100,36 @@ func (r *Runtime) Run(ctx context.Context, req Request) (*Result, error) {
 	res.Usage = out.usage
 	res.Usage.WallMS = res.DurationMS
 	return res, nil
+}
+
+// claimWarm returns a pooled sandbox for lang, or nil to run cold.
+func (r *Runtime) claimWarm(lang *LanguageSpec) *warm {
+	p := r.pools[lang.Name]
+	if p == nil {
+		return nil
+	}
+	return p.claim()
+}
+
+// runCold creates the run's sandboxes on the request path.
+func (r *Runtime) runCold(ctx context.Context, client *containerd.Client, img containerd.Image, id string, lang *LanguageSpec, req Request, view View, deadline time.Time) (*stepOutput, error) {
+	r.setLive(id, true)
+	var made []*sandbox
+	dir, err := r.prepareRunDir(id, lang, req)
+	// Deleting sandboxes costs tens of milliseconds each: do it after the
+	// result is returned. The run dir (sources, FIFOs) goes last.
+	defer r.background(func() {
+		cctx := context.WithoutCancel(ctx)
+		for _, sb := range made {
+			r.destroy(cctx, sb)
+		}
+		os.RemoveAll(dir)
+		r.setLive(id, false)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r.steps(ctx, client, img, id, dir, lang, req, view, deadline, &made)
 }
 
 func (r *Runtime) setLive(id string, on bool) {
@@ -182,36 +210,40 @@ type stepOutput struct {
 }
 
 // steps runs the compile step (when the language has one) and then the
-// program, each in its own sandbox, sharing the run directory.
-func (r *Runtime) steps(ctx context.Context, c *containerd.Client, img containerd.Image, id, dir string, lang *LanguageSpec, req Request, view View, deadline time.Time) (*stepOutput, error) {
+// program, each in its own sandbox, sharing the run directory. Every sandbox
+// it creates is appended to *made for the caller to destroy.
+func (r *Runtime) steps(ctx context.Context, c *containerd.Client, img containerd.Image, id, dir string, lang *LanguageSpec, req Request, view View, deadline time.Time, made *[]*sandbox) (*stepOutput, error) {
 	cwd := "/tmp"
 	binds := []coci.SpecOpts{oci.WithBind(filepath.Join(dir, "src"), oci.SourceDir, false, false)}
 	if view != nil {
 		cwd = oci.WorkspaceDir
 		binds = append(binds, oci.WithBind(view.Dir(), oci.WorkspaceDir, true, true))
 	}
-	source := path.Join(oci.SourceDir, lang.File)
-	if req.Path != "" {
-		source = path.Join(oci.WorkspaceDir, req.Path)
-	}
-	replaceSource := func(argv []string) []string {
-		out := make([]string, len(argv))
-		for i, a := range argv {
-			if a == path.Join(oci.SourceDir, lang.File) {
-				a = source
-			}
-			out[i] = a
+	fifos := filepath.Join(dir, "fifo")
+	run := func(cid string, stdin []byte, opts []coci.SpecOpts) (*stepOutput, error) {
+		t0 := time.Now()
+		sb, err := r.create(ctx, c, img, cid, fifos, fixedStdin(stdin), opts)
+		if err != nil {
+			return nil, err
 		}
-		return out
+		*made = append(*made, sb)
+		tCreate := time.Since(t0)
+		if err := r.start(ctx, sb); err != nil {
+			return nil, err
+		}
+		tStart := time.Since(t0)
+		out, err := r.await(ctx, sb, deadline)
+		r.log.Debug("sandbox step", "id", cid, "create", tCreate, "start", tStart, "total", time.Since(t0))
+		return out, err
 	}
 
 	if len(lang.Compile) > 0 {
 		opts := append([]coci.SpecOpts{
-			oci.WithProcess(cwd, replaceSource(lang.Compile)...),
+			oci.WithProcess(cwd, lang.argv(lang.Compile, req.Path)...),
 			oci.WithBind(filepath.Join(dir, "out"), oci.BuildDir, true, false),
 			oci.WithCPUs(r.cfg.CompileCPUs),
 		}, binds...)
-		out, err := r.step(ctx, c, img, id+"-build", dir, nil, opts, deadline)
+		out, err := run(id+"-build", nil, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -223,158 +255,12 @@ func (r *Runtime) steps(ctx context.Context, c *containerd.Client, img container
 		}
 	}
 
-	argv := append(replaceSource(lang.Run), req.Args...)
+	argv := append(lang.argv(lang.Run, req.Path), req.Args...)
 	opts := append([]coci.SpecOpts{oci.WithProcess(cwd, argv...)}, binds...)
 	if len(lang.Compile) > 0 {
 		opts = append(opts, oci.WithBind(filepath.Join(dir, "out"), oci.BuildDir, false, true))
 	}
-	return r.step(ctx, c, img, id, dir, req.Stdin, opts, deadline)
-}
-
-// eofReader signals done once its data has been read to the end.
-type eofReader struct {
-	r    *bytes.Reader
-	done chan struct{}
-	once sync.Once
-}
-
-func newEOFReader(b []byte) *eofReader {
-	return &eofReader{r: bytes.NewReader(b), done: make(chan struct{})}
-}
-
-func (e *eofReader) Read(p []byte) (int, error) {
-	n, err := e.r.Read(p)
-	if err == io.EOF {
-		e.once.Do(func() { close(e.done) })
-	}
-	return n, err
-}
-
-// killGrace bounds how long we wait for a killed task to be reaped.
-const killGrace = 5 * time.Second
-
-// step runs one sandbox to completion and deletes it.
-func (r *Runtime) step(ctx context.Context, c *containerd.Client, img containerd.Image, cid, dir string, stdin []byte, extra []coci.SpecOpts, deadline time.Time) (_ *stepOutput, retErr error) {
-	// Cleanup must run even when the caller's context is cancelled.
-	cleanupCtx := context.WithoutCancel(ctx)
-	t0 := time.Now()
-	var tCreate, tTask, tStart, tExit time.Duration
-	defer func() {
-		r.log.Debug("sandbox step", "id", cid, "create", tCreate, "task", tTask, "start", tStart, "run", tExit, "total", time.Since(t0))
-	}()
-	labels := map[string]string{LabelInstance: r.cfg.Instance, LabelRun: cid}
-
-	specOpts := append([]coci.SpecOpts{oci.WithHardening(oci.Profile{
-		Limits: r.cfg.Limits,
-		UserNS: r.cfg.UserNS,
-		UID:    oci.SandboxUID,
-		GID:    oci.SandboxGID,
-	})}, extra...)
-	container, err := c.NewContainer(ctx, cid,
-		containerd.WithSnapshotter(r.cfg.Snapshotter),
-		containerd.WithNewSnapshotView(cid, img, snapshots.WithLabels(labels)),
-		r.runcOptions(),
-		containerd.WithContainerLabels(labels),
-		containerd.WithNewSpec(specOpts...),
-	)
-	if err != nil {
-		// A half-created container may have left its snapshot.
-		r.removeSnapshot(cleanupCtx, c, cid)
-		return nil, fmt.Errorf("create sandbox: %w", err)
-	}
-	defer func() {
-		if err := container.Delete(cleanupCtx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
-			r.log.Warn("delete sandbox container", "id", cid, "err", err)
-			if retErr == nil {
-				retErr = fmt.Errorf("delete sandbox: %w", err)
-			}
-		}
-	}()
-
-	tCreate = time.Since(t0)
-	out := &stepOutput{stdout: newCappedBuffer(r.cfg.OutputBytes), stderr: newCappedBuffer(r.cfg.OutputBytes)}
-	in := newEOFReader(stdin)
-	creator := cio.NewCreator(
-		cio.WithStreams(in, out.stdout, out.stderr),
-		cio.WithFIFODir(filepath.Join(dir, "fifo")),
-	)
-	task, err := container.NewTask(ctx, creator)
-	if err != nil {
-		return nil, fmt.Errorf("create sandbox task: %w", err)
-	}
-	defer func() {
-		if _, err := task.Delete(cleanupCtx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-			r.log.Warn("delete sandbox task", "id", cid, "err", err)
-			if retErr == nil {
-				retErr = fmt.Errorf("delete sandbox task: %w", err)
-			}
-		}
-	}()
-
-	tTask = time.Since(t0)
-	exitC, err := task.Wait(cleanupCtx)
-	if err != nil {
-		return nil, fmt.Errorf("wait sandbox task: %w", err)
-	}
-	if err := task.Start(ctx); err != nil {
-		return nil, fmt.Errorf("start sandbox task: %w", err)
-	}
-	tStart = time.Since(t0)
-	// The shim keeps the stdin FIFO open: the program sees EOF only once we
-	// close it explicitly, after the copier has delivered every byte.
-	go func() {
-		select {
-		case <-in.done:
-			if err := task.CloseIO(cleanupCtx, containerd.WithStdinCloser); err != nil && !errdefs.IsNotFound(err) {
-				r.log.Debug("close sandbox stdin", "id", cid, "err", err)
-			}
-		case <-exitC:
-		}
-	}()
-
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	var (
-		st       containerd.ExitStatus
-		timedOut bool
-	)
-	select {
-	case st = <-exitC:
-	case <-timer.C:
-		timedOut = true
-	case <-ctx.Done():
-		// The caller gave up (client cancelled): kill and report it as an error.
-	}
-	if timedOut || ctx.Err() != nil {
-		// Killing init tears down the pid namespace and everything in it.
-		if err := task.Kill(cleanupCtx, syscall.SIGKILL, containerd.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
-			r.log.Warn("kill sandbox", "id", cid, "err", err)
-		}
-		select {
-		case st = <-exitC:
-		case <-time.After(killGrace):
-			return nil, fmt.Errorf("sandbox %s did not exit %s after SIGKILL", cid, killGrace)
-		}
-	}
-	tExit = time.Since(t0)
-	if err := st.Error(); err != nil {
-		return nil, fmt.Errorf("wait sandbox task: %w", err)
-	}
-	out.usage = r.usage(cleanupCtx, task)
-	out.exitCode = int(st.ExitCode())
-	switch {
-	case timedOut:
-		out.status = StatusTimeout
-	case ctx.Err() != nil:
-		return nil, fmt.Errorf("run cancelled: %w", ctx.Err())
-	case out.usage.OOMKilled:
-		out.status = StatusOOM
-	case out.exitCode == 0:
-		out.status = StatusSuccess
-	default:
-		out.status = StatusError
-	}
-	return out, nil
+	return run(id, req.Stdin, opts)
 }
 
 // usage reads the sandbox's cgroup counters; it must run before the task is

@@ -54,6 +54,8 @@ type Config struct {
 	// without a user namespace.
 	UserNS      *oci.IDMap
 	OutputBytes int64 // cap per stream
+	// Pool keeps sandboxes started ahead of requests (see pool.go).
+	Pool PoolConfig
 	// DialTimeout bounds how long a call waits for containerd to answer.
 	DialTimeout time.Duration
 
@@ -113,6 +115,8 @@ type Runtime struct {
 	images  map[string]containerd.Image
 	version string
 	live    map[string]bool // run ids in progress, which Sweep must not touch
+	bg      sync.WaitGroup  // cleanup running off the request path
+	pools   map[string]*pool
 }
 
 // New validates the configuration. It does not connect: containerd may come
@@ -125,7 +129,7 @@ func New(cfg Config) (*Runtime, error) {
 	if len(cfg.Languages) == 0 {
 		return nil, errors.New("no languages configured (use DefaultLanguages with the image ref)")
 	}
-	r := &Runtime{cfg: cfg, log: cfg.Logger, langs: map[string]*LanguageSpec{}, images: map[string]containerd.Image{}, live: map[string]bool{}}
+	r := &Runtime{cfg: cfg, log: cfg.Logger, langs: map[string]*LanguageSpec{}, images: map[string]containerd.Image{}, live: map[string]bool{}, pools: map[string]*pool{}}
 	for i := range cfg.Languages {
 		l := &cfg.Languages[i]
 		r.langs[l.Name] = l
@@ -136,14 +140,23 @@ func New(cfg Config) (*Runtime, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "runs"), 0o711); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
+	r.startPools()
 	return r, nil
 }
 
 // Config returns the configuration in effect, defaults filled.
 func (r *Runtime) Config() Config { return r.cfg }
 
-// Close releases the containerd connection.
+// Settle waits until the sandboxes of finished runs are deleted (that
+// happens after Run returns, off the request path).
+func (r *Runtime) Settle() { r.bg.Wait() }
+
+// Close waits for background cleanup and releases the containerd connection.
 func (r *Runtime) Close() error {
+	for _, p := range r.pools {
+		p.close()
+	}
+	r.bg.Wait()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.client != nil {

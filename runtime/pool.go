@@ -1,0 +1,365 @@
+package runtime
+
+import (
+	"context"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/containerd/containers"
+	coci "github.com/containerd/containerd/oci"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandpit-dev/sandpit/oci"
+)
+
+// A warm pool keeps sandboxes created and started ahead of requests, each
+// running a small waiter (waiter.py) that blocks on its stdin. A request
+// claims one, writes its source into the sandbox's (read-only bound) source
+// directory from the host, attaches the workspace through mount propagation,
+// and sends a one-line header: the waiter then becomes the program. Every
+// pooled sandbox serves exactly one request and is destroyed afterwards; the
+// pool refills in the background.
+
+//go:embed waiter.py
+var waiterPy string
+
+// PoolConfig sizes the warm pool.
+type PoolConfig struct {
+	// Size is how many ready sandboxes to keep per language; 0 disables it.
+	Size int
+	// IdleTimeout destroys ready sandboxes nobody claimed for this long, and
+	// stops refilling until the next request.
+	IdleTimeout time.Duration
+	// Languages to pool; empty means every language without a compile step.
+	Languages []string
+}
+
+// PoolStats counts what the pool did, for tests and metrics. Every created
+// sandbox ends up in exactly one of Claimed, Expired or Discarded.
+type PoolStats struct {
+	Created   int64 `json:"created"`
+	Claimed   int64 `json:"claimed"`
+	Expired   int64 `json:"expired"`
+	Discarded int64 `json:"discarded"` // failed to start, or dropped at Close
+	Ready     int   `json:"ready"`
+}
+
+type pool struct {
+	r    *Runtime
+	lang *LanguageSpec
+	size int
+	idle time.Duration
+
+	mu       sync.Mutex
+	ready    []*warm
+	filling  int
+	lastUse  time.Time
+	closed   bool
+	failures int // consecutive creation failures, for back-off
+
+	created, claimed, expired, discarded atomic.Int64
+}
+
+// warm is one pooled sandbox, started and waiting.
+type warm struct {
+	sb      *sandbox
+	dir     string // per-sandbox host dir: src/, ws/ (shared mount point), fifo/
+	created time.Time
+	used    atomic.Bool
+}
+
+func (r *Runtime) startPools() {
+	pc := r.cfg.Pool
+	if pc.Size <= 0 {
+		return
+	}
+	want := map[string]bool{}
+	for _, n := range pc.Languages {
+		want[strings.ToLower(n)] = true
+	}
+	for i := range r.cfg.Languages {
+		l := &r.cfg.Languages[i]
+		if len(l.Compile) > 0 && len(pc.Languages) == 0 {
+			continue // compiled languages run cold unless asked for
+		}
+		if len(pc.Languages) > 0 && !want[l.Name] {
+			continue
+		}
+		if len(l.Compile) > 0 {
+			r.log.Warn("warm pool: compiled languages are not pooled yet", "language", l.Name)
+			continue
+		}
+		idle := pc.IdleTimeout
+		if idle <= 0 {
+			idle = 5 * time.Minute
+		}
+		p := &pool{r: r, lang: l, size: pc.Size, idle: idle, lastUse: time.Now()}
+		r.pools[l.Name] = p
+		p.refill()
+		go p.expireLoop()
+	}
+}
+
+// claim returns a ready sandbox, or nil when none is ready (the caller then
+// runs cold). It always triggers a refill.
+func (p *pool) claim() *warm {
+	p.mu.Lock()
+	p.lastUse = time.Now()
+	var w *warm
+	if n := len(p.ready); n > 0 {
+		w = p.ready[n-1]
+		p.ready = p.ready[:n-1]
+	}
+	p.mu.Unlock()
+	p.refill()
+	if w != nil && !w.used.CompareAndSwap(false, true) {
+		panic("warm pool: sandbox claimed twice") // a bug, never a runtime condition
+	}
+	if w != nil {
+		p.claimed.Add(1)
+	}
+	return w
+}
+
+// refill starts sandboxes until ready+filling reaches the pool size.
+func (p *pool) refill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || time.Since(p.lastUse) > p.idle {
+		return
+	}
+	for len(p.ready)+p.filling < p.size {
+		p.filling++
+		p.r.background(p.fillOne)
+	}
+}
+
+func (p *pool) fillOne() {
+	// Back off after failures (containerd down, image missing) so a broken
+	// host is not hammered; requests still run cold and report the error.
+	p.mu.Lock()
+	delay := time.Duration(min(p.failures, 6)) * 500 * time.Millisecond
+	p.mu.Unlock()
+	if delay > 0 {
+		time.Sleep(delay)
+	}
+	w, err := p.r.newWarm(context.Background(), p.lang)
+	p.mu.Lock()
+	p.filling--
+	if err != nil {
+		p.failures++
+		p.mu.Unlock()
+		p.r.log.Debug("warm pool: cannot start a sandbox", "language", p.lang.Name, "err", err)
+		return
+	}
+	p.created.Add(1)
+	p.failures = 0
+	if p.closed {
+		p.mu.Unlock()
+		p.discard(w)
+		return
+	}
+	p.ready = append(p.ready, w)
+	p.mu.Unlock()
+}
+
+func (p *pool) discard(w *warm) {
+	p.discarded.Add(1)
+	p.r.destroyWarm(w)
+}
+
+// expireLoop destroys sandboxes idle for longer than the idle timeout.
+func (p *pool) expireLoop() {
+	tick := time.NewTicker(max(p.idle/4, 50*time.Millisecond))
+	defer tick.Stop()
+	for range tick.C {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return
+		}
+		var keep, old []*warm
+		for _, w := range p.ready {
+			if time.Since(w.created) > p.idle {
+				old = append(old, w)
+			} else {
+				keep = append(keep, w)
+			}
+		}
+		p.ready = keep
+		p.mu.Unlock()
+		for _, w := range old {
+			p.expired.Add(1)
+			p.r.background(func() { p.r.destroyWarm(w) })
+		}
+		if len(old) > 0 {
+			p.refill() // only refills if a request came within the idle timeout
+		}
+	}
+}
+
+func (p *pool) close() {
+	p.mu.Lock()
+	p.closed = true
+	ready := p.ready
+	p.ready = nil
+	p.mu.Unlock()
+	for _, w := range ready {
+		p.discard(w)
+	}
+}
+
+func (p *pool) stats() PoolStats {
+	p.mu.Lock()
+	n := len(p.ready)
+	p.mu.Unlock()
+	return PoolStats{Created: p.created.Load(), Claimed: p.claimed.Load(), Expired: p.expired.Load(), Discarded: p.discarded.Load(), Ready: n}
+}
+
+// PoolStats reports each language's pool.
+func (r *Runtime) PoolStats() map[string]PoolStats {
+	out := map[string]PoolStats{}
+	for name, p := range r.pools {
+		out[name] = p.stats()
+	}
+	return out
+}
+
+// newWarm creates and starts one pooled sandbox.
+func (r *Runtime) newWarm(ctx context.Context, lang *LanguageSpec) (_ *warm, retErr error) {
+	ctx = r.nsctx(ctx)
+	c, err := r.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	img, err := r.image(ctx, c, lang.Image)
+	if err != nil {
+		return nil, err
+	}
+	id := "warm-" + newRunID()
+	dir := filepath.Join(r.cfg.StateDir, "runs", id)
+	w := &warm{dir: dir, created: time.Now()}
+	r.setLive(id, true)
+	defer func() {
+		if retErr != nil {
+			r.destroyWarm(w)
+		}
+	}()
+	for _, d := range []string{"src", "ws", "fifo"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return w, err
+		}
+	}
+	// ws/ becomes a shared mount point: a mount placed on it at request
+	// time propagates into the sandbox, whose bind of it is a slave.
+	ws := filepath.Join(dir, "ws")
+	if err := unix.Mount(ws, ws, "", unix.MS_BIND, ""); err != nil {
+		return w, fmt.Errorf("warm pool needs mount privileges: %w", err)
+	}
+	if err := unix.Mount("", ws, "", unix.MS_SHARED, ""); err != nil {
+		return w, fmt.Errorf("make %s shared: %w", ws, err)
+	}
+	opts := []coci.SpecOpts{
+		oci.WithProcess("/tmp", "python3", "-c", waiterPy),
+		oci.WithBind(filepath.Join(dir, "src"), oci.SourceDir, false, false),
+		withSlaveBind(ws, oci.WorkspaceDir),
+	}
+	sb, err := r.create(ctx, c, img, id, filepath.Join(dir, "fifo"), lateStdin(), opts)
+	if err != nil {
+		return w, err
+	}
+	w.sb = sb
+	if err := r.start(ctx, sb); err != nil {
+		return w, err
+	}
+	return w, nil
+}
+
+// withSlaveBind binds a host dir read-write and exec-able, receiving mounts
+// made on the host side later (rslave propagation).
+func withSlaveBind(src, dst string) coci.SpecOpts {
+	return func(ctx context.Context, c coci.Client, ctr *containers.Container, s *coci.Spec) error {
+		if err := oci.WithBind(src, dst, true, true)(ctx, c, ctr, s); err != nil {
+			return err
+		}
+		m := &s.Mounts[len(s.Mounts)-1]
+		for i, o := range m.Options {
+			if o == "rprivate" {
+				m.Options[i] = "rslave"
+			}
+		}
+		return nil
+	}
+}
+
+// destroyWarm deletes a pooled sandbox and its host dir.
+func (r *Runtime) destroyWarm(w *warm) {
+	ctx := r.nsctx(context.Background())
+	if w.sb != nil {
+		r.destroy(ctx, w.sb)
+	}
+	ws := filepath.Join(w.dir, "ws")
+	// Lazily: the workspace view may still be stacked on it.
+	for unix.Unmount(ws, unix.MNT_DETACH) == nil {
+	}
+	os.RemoveAll(w.dir)
+	r.setLive(filepath.Base(w.dir), false)
+}
+
+// runWarm serves req with the pooled sandbox w. The program sees what a cold
+// run would: its source at the same path, /workspace, argv, stdin, cwd.
+func (r *Runtime) runWarm(ctx context.Context, w *warm, lang *LanguageSpec, req Request, view View, deadline time.Time) (*stepOutput, error) {
+	if req.Path == "" {
+		// The source dir is bound read-only into the sandbox; the host writes it.
+		if err := os.WriteFile(filepath.Join(w.dir, "src", lang.File), []byte(req.Code), 0o644); err != nil {
+			return nil, fmt.Errorf("warm sandbox source: %w", err)
+		}
+	}
+	cwd := "/tmp"
+	if view != nil {
+		ws := filepath.Join(w.dir, "ws")
+		if err := unix.Mount(view.Dir(), ws, "", unix.MS_BIND, ""); err != nil {
+			return nil, fmt.Errorf("attach workspace to warm sandbox: %w", err)
+		}
+		cwd = oci.WorkspaceDir
+	}
+	argv := append(lang.argv(lang.Run, req.Path), req.Args...)
+	mode := "exec"
+	if lang.Name == "python" {
+		mode = "python" // run in the waiting interpreter: no second start-up
+		argv = argv[1:] // drop "python3"
+	}
+	w.sb.stdin.send(waiterHeader(mode, cwd, argv), req.Stdin)
+	return r.await(ctx, w.sb, deadline)
+}
+
+// waiterHeader is the one line waiter.py reads before it becomes the
+// program: hex-encoded fields separated by spaces, so any byte can pass.
+func waiterHeader(mode, cwd string, argv []string) []byte {
+	fields := append([]string{mode, cwd}, argv...)
+	enc := make([]string, len(fields))
+	for i, f := range fields {
+		enc[i] = hex.EncodeToString([]byte(f))
+		if enc[i] == "" {
+			enc[i] = "-" // an empty argument
+		}
+	}
+	return []byte(strings.Join(enc, " ") + "\n")
+}
+
+// detachWorkspace undoes runWarm's workspace mount before the view closes.
+func detachWorkspace(w *warm) error {
+	ws := filepath.Join(w.dir, "ws")
+	if err := unix.Unmount(ws, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,132 @@
+package runtime_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/runtime"
+)
+
+func withPool(size int, idle time.Duration) func(*runtime.Config) {
+	return func(c *runtime.Config) { c.Pool = runtime.PoolConfig{Size: size, IdleTimeout: idle} }
+}
+
+// waitReady waits until the pool of lang has n ready sandboxes.
+func waitReady(t *testing.T, r *runtime.Runtime, lang string, n int) {
+	t.Helper()
+	for i := 0; i < 600; i++ {
+		if r.PoolStats()[lang].Ready >= n {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("pool for %s never reached %d ready sandboxes: %+v", lang, n, r.PoolStats()[lang])
+}
+
+// TestPoolBehavesLikeCold runs each program in a fresh cold sandbox and in a
+// pooled one and expects the same observable behaviour.
+func TestPoolBehavesLikeCold(t *testing.T) {
+	cold := newRuntime(t)
+	warm := newRuntime(t, withPool(2, time.Minute))
+	tests := []struct {
+		name string
+		req  runtime.Request
+	}{
+		{"argv and main", runtime.Request{Language: "python", Code: "import sys\nprint(__name__, sys.argv, __file__)", Args: []string{"x", "", "a b", "ü"}}},
+		{"sys.path[0]", runtime.Request{Language: "python", Code: "import sys; print(sys.path[0])"}},
+		{"no extra modules", runtime.Request{Language: "python", Code: "import sys; print(sorted(m for m in sys.modules if not m.startswith('_')))"}},
+		{"main namespace", runtime.Request{Language: "python", Code: "print(sorted(k for k in globals()))"}},
+		{"stdin", runtime.Request{Language: "python", Code: "import sys; d = sys.stdin.read(); print(len(d), d[:5])", Stdin: []byte("hello world\n" + strings.Repeat("z", 100000))}},
+		{"no stdin is EOF", runtime.Request{Language: "python", Code: "import sys; print(repr(sys.stdin.read()))"}},
+		{"exit code", runtime.Request{Language: "python", Code: "import sys; print('x'); sys.exit(7)"}},
+		{"exit message", runtime.Request{Language: "python", Code: "raise SystemExit('bye')"}},
+		{"traceback", runtime.Request{Language: "python", Code: "def f():\n    raise KeyError('k')\n\nf()\n"}},
+		{"syntax error", runtime.Request{Language: "python", Code: "print('a'\n"}},
+		{"buffered ordering", runtime.Request{Language: "python", Code: "import sys\nprint('out1')\nsys.stderr.write('err1\\n')\nprint('out2')\n"}},
+		{"cwd", runtime.Request{Language: "python", Code: "import os; print(os.getcwd())"}},
+		{"large output", runtime.Request{Language: "python", Code: "print('y' * 300000)"}},
+		{"bash argv", runtime.Request{Language: "bash", Code: "echo \"$0\" \"$@\"; read x; echo got $x; exit 3", Args: []string{"p q"}, Stdin: []byte("line\n")}},
+	}
+	waitReady(t, warm, "python", 2)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := run(t, cold, tt.req)
+			w := run(t, warm, tt.req)
+			if c.Status != w.Status || c.ExitCode != w.ExitCode {
+				t.Errorf("status/exit: cold %s/%d, warm %s/%d", c.Status, c.ExitCode, w.Status, w.ExitCode)
+			}
+			if c.Stdout != w.Stdout {
+				t.Errorf("stdout differs:\ncold: %.300q\nwarm: %.300q", c.Stdout, w.Stdout)
+			}
+			if c.Stderr != w.Stderr {
+				t.Errorf("stderr differs:\ncold: %q\nwarm: %q", c.Stderr, w.Stderr)
+			}
+			if c.StdoutTruncated != w.StdoutTruncated || c.StdoutBytes != w.StdoutBytes {
+				t.Errorf("truncation: cold %v/%d warm %v/%d", c.StdoutTruncated, c.StdoutBytes, w.StdoutTruncated, w.StdoutBytes)
+			}
+		})
+	}
+	for _, tt := range []struct {
+		name   string
+		req    runtime.Request
+		status runtime.Status
+	}{
+		{"timeout", runtime.Request{Language: "python", Code: "while True: pass", Timeout: 2 * time.Second}, runtime.StatusTimeout},
+		{"oom", runtime.Request{Language: "python", Code: "x = []\nwhile True: x.append(bytearray(32 << 20))"}, runtime.StatusOOM},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			waitReady(t, warm, "python", 1)
+			if w := run(t, warm, tt.req); w.Status != tt.status {
+				t.Errorf("warm status = %s, want %s", w.Status, tt.status)
+			}
+		})
+	}
+	st := warm.PoolStats()["python"]
+	if st.Claimed == 0 {
+		t.Errorf("no run was served from the pool: %+v", st)
+	}
+}
+
+// TestPoolUsesEachSandboxOnce checks the pool's accounting: every sandbox
+// it created is claimed by exactly one run, expired, or discarded.
+func TestPoolUsesEachSandboxOnce(t *testing.T) {
+	r := newRuntime(t, withPool(2, time.Minute))
+	waitReady(t, r, "python", 2)
+	ids := map[string]bool{}
+	pids := map[string]bool{}
+	for i := 0; i < 8; i++ {
+		// A file left in /tmp by an earlier run would show a reused sandbox.
+		res := run(t, r, runtime.Request{Language: "python", Code: "import os\nprint(os.path.exists('/tmp/mark'))\nopen('/tmp/mark', 'w').close()"})
+		if res.Stdout != "False\n" {
+			t.Errorf("run %d saw a previous run's /tmp: %q", i, res.Stdout)
+		}
+		if ids[res.ID] {
+			t.Errorf("run id %s repeated", res.ID)
+		}
+		ids[res.ID] = true
+		pids[res.Stdout] = true
+	}
+	st := r.PoolStats()["python"]
+	if st.Claimed < 2 {
+		t.Errorf("claimed %d, want at least the 2 pre-started", st.Claimed)
+	}
+	r.Close()
+	st = r.PoolStats()["python"]
+	if st.Created != st.Claimed+st.Expired+st.Discarded {
+		t.Errorf("accounting: created %d != claimed %d + expired %d + discarded %d", st.Created, st.Claimed, st.Expired, st.Discarded)
+	}
+}
+
+func TestPoolIdleExpiry(t *testing.T) {
+	r := newRuntime(t, withPool(1, 1500*time.Millisecond))
+	waitReady(t, r, "python", 1)
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if st := r.PoolStats()["python"]; st.Expired >= 1 && st.Ready == 0 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Errorf("idle sandbox not expired (or the pool refilled without demand): %+v", r.PoolStats()["python"])
+}

@@ -1,0 +1,228 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/cio"
+	"github.com/containerd/containerd/errdefs"
+	coci "github.com/containerd/containerd/oci"
+	"github.com/containerd/containerd/snapshots"
+
+	"github.com/sandpit-dev/sandpit/oci"
+)
+
+// sandbox is one single-use container with its task, created but maybe not
+// yet started (a pooled sandbox is started ahead of its request).
+type sandbox struct {
+	id        string
+	container containerd.Container
+	task      containerd.Task
+	exitC     <-chan containerd.ExitStatus
+	stdin     *stdinFeed
+	stdout    *cappedBuffer
+	stderr    *cappedBuffer
+}
+
+// create makes the container and its task, wired to fresh capped output
+// buffers and to stdin, and subscribes to its exit. On error nothing is left.
+func (r *Runtime) create(ctx context.Context, c *containerd.Client, img containerd.Image, cid, fifoDir string, stdin *stdinFeed, extra []coci.SpecOpts) (_ *sandbox, retErr error) {
+	cleanupCtx := context.WithoutCancel(ctx)
+	labels := map[string]string{LabelInstance: r.cfg.Instance, LabelRun: cid}
+	specOpts := append([]coci.SpecOpts{oci.WithHardening(oci.Profile{
+		Limits: r.cfg.Limits,
+		UserNS: r.cfg.UserNS,
+		UID:    oci.SandboxUID,
+		GID:    oci.SandboxGID,
+	})}, extra...)
+	container, err := c.NewContainer(ctx, cid,
+		containerd.WithSnapshotter(r.cfg.Snapshotter),
+		containerd.WithNewSnapshotView(cid, img, snapshots.WithLabels(labels)),
+		r.runcOptions(),
+		containerd.WithContainerLabels(labels),
+		containerd.WithNewSpec(specOpts...),
+	)
+	if err != nil {
+		// A half-created container may have left its snapshot.
+		r.removeSnapshot(cleanupCtx, c, cid)
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	sb := &sandbox{id: cid, container: container, stdin: stdin,
+		stdout: newCappedBuffer(r.cfg.OutputBytes), stderr: newCappedBuffer(r.cfg.OutputBytes)}
+	defer func() {
+		if retErr != nil {
+			r.destroy(cleanupCtx, sb)
+		}
+	}()
+	creator := cio.NewCreator(cio.WithStreams(stdin, sb.stdout, sb.stderr), cio.WithFIFODir(fifoDir))
+	sb.task, err = container.NewTask(ctx, creator)
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox task: %w", err)
+	}
+	sb.exitC, err = sb.task.Wait(cleanupCtx)
+	if err != nil {
+		return nil, fmt.Errorf("wait sandbox task: %w", err)
+	}
+	return sb, nil
+}
+
+// start starts the task and closes its stdin once the feed is drained: the
+// shim keeps the stdin FIFO open, so the program sees EOF only when we close
+// it explicitly, after the copier has delivered every byte.
+func (r *Runtime) start(ctx context.Context, sb *sandbox) error {
+	if err := sb.task.Start(ctx); err != nil {
+		return fmt.Errorf("start sandbox task: %w", err)
+	}
+	cleanupCtx := context.WithoutCancel(ctx)
+	go func() {
+		select {
+		case <-sb.stdin.drained:
+			if err := sb.task.CloseIO(cleanupCtx, containerd.WithStdinCloser); err != nil && !errdefs.IsNotFound(err) {
+				r.log.Debug("close sandbox stdin", "id", sb.id, "err", err)
+			}
+		case <-sb.exitC:
+		}
+	}()
+	return nil
+}
+
+// killGrace bounds how long we wait for a killed task to be reaped.
+const killGrace = 5 * time.Second
+
+// await waits for the task to exit, killing it at the deadline or when ctx
+// is cancelled, then waits for its output to drain and reads its cgroup
+// counters. It leaves the sandbox for destroy.
+func (r *Runtime) await(ctx context.Context, sb *sandbox, deadline time.Time) (*stepOutput, error) {
+	cleanupCtx := context.WithoutCancel(ctx)
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	var (
+		st       containerd.ExitStatus
+		timedOut bool
+	)
+	select {
+	case st = <-sb.exitC:
+	case <-timer.C:
+		timedOut = true
+	case <-ctx.Done():
+	}
+	if timedOut || ctx.Err() != nil {
+		// Killing init tears down the pid namespace and everything in it.
+		if err := sb.task.Kill(cleanupCtx, syscall.SIGKILL, containerd.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
+			r.log.Warn("kill sandbox", "id", sb.id, "err", err)
+		}
+		select {
+		case st = <-sb.exitC:
+		case <-time.After(killGrace):
+			return nil, fmt.Errorf("sandbox %s did not exit %s after SIGKILL", sb.id, killGrace)
+		}
+	}
+	if err := st.Error(); err != nil {
+		return nil, fmt.Errorf("wait sandbox task: %w", err)
+	}
+	// The shim closes the output FIFOs once the process's pipes are
+	// drained; wait for our copiers so the buffers are complete. Bounded:
+	// a grandchild that escaped the pid namespace teardown cannot exist, but
+	// a stuck copier must not hang the request.
+	ioDone := make(chan struct{})
+	go func() { sb.task.IO().Wait(); close(ioDone) }()
+	select {
+	case <-ioDone:
+	case <-time.After(killGrace):
+		r.log.Warn("sandbox output did not drain", "id", sb.id)
+	}
+	out := &stepOutput{stdout: sb.stdout, stderr: sb.stderr, usage: r.usage(cleanupCtx, sb.task), exitCode: int(st.ExitCode())}
+	switch {
+	case timedOut:
+		out.status = StatusTimeout
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("run cancelled: %w", ctx.Err())
+	case out.usage.OOMKilled:
+		out.status = StatusOOM
+	case out.exitCode == 0:
+		out.status = StatusSuccess
+	default:
+		out.status = StatusError
+	}
+	return out, nil
+}
+
+// destroy deletes the task (killing it if needed), the container and its
+// snapshot. It is idempotent and logs rather than fails: the janitor removes
+// whatever it could not.
+func (r *Runtime) destroy(ctx context.Context, sb *sandbox) {
+	sb.stdin.abort()
+	if sb.task != nil {
+		if _, err := sb.task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			r.log.Warn("delete sandbox task", "id", sb.id, "err", err)
+		}
+	}
+	if err := sb.container.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+		r.log.Warn("delete sandbox container", "id", sb.id, "err", err)
+	}
+}
+
+// background runs cleanup off the request path; Close waits for it.
+func (r *Runtime) background(fn func()) {
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		fn()
+	}()
+}
+
+// stdinFeed is a sandbox's standard input. A cold run knows its stdin when
+// the task is created; a pooled sandbox gets it (after a request header)
+// when a request claims it. drained closes once everything was read.
+type stdinFeed struct {
+	mu      sync.Mutex
+	r       io.Reader
+	pw      *io.PipeWriter
+	drained chan struct{}
+	once    sync.Once
+}
+
+// fixedStdin feeds b, then EOF.
+func fixedStdin(b []byte) *stdinFeed {
+	return &stdinFeed{r: bytes.NewReader(b), drained: make(chan struct{})}
+}
+
+// lateStdin feeds whatever is later passed to send.
+func lateStdin() *stdinFeed {
+	pr, pw := io.Pipe()
+	return &stdinFeed{r: pr, pw: pw, drained: make(chan struct{})}
+}
+
+func (f *stdinFeed) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	if err == io.EOF {
+		f.once.Do(func() { close(f.drained) })
+	}
+	return n, err
+}
+
+// send writes the parts and ends the stream, in the background: the
+// program may not read its stdin at all.
+func (f *stdinFeed) send(parts ...[]byte) {
+	go func() {
+		for _, p := range parts {
+			if _, err := f.pw.Write(p); err != nil {
+				return
+			}
+		}
+		f.pw.Close()
+	}()
+}
+
+// abort ends a late stream without data (a pooled sandbox being discarded).
+func (f *stdinFeed) abort() {
+	if f.pw != nil {
+		f.pw.Close()
+	}
+}

@@ -1,0 +1,51 @@
+# sandpit's warm-pool waiter. It starts with the sandbox, blocks on stdin for
+# one header line, then becomes the program:
+#   "exec":   os.execvp(argv) -- any language;
+#   "python": runs argv[0] as __main__ in this already-started interpreter,
+#             the way `python3 argv[0] argv[1:]` would, minus start-up time.
+# Header: hex-encoded fields separated by spaces: mode cwd argv...
+# It reads the header with os.read, byte by byte, so not one byte of the
+# program's own stdin is consumed, and imports nothing: no module that a
+# plain `python3 main.py` would not have loaded is in sys.modules.
+import os, sys
+def _sandpit_header():
+    b = bytearray()
+    while True:
+        c = os.read(0, 1)
+        if not c:
+            os._exit(0)  # the pool closed this sandbox unused
+        if c == b"\n":
+            break
+        b += c
+    return [b"" if f == "-" else bytes.fromhex(f) for f in b.decode("ascii").split(" ")]
+_sandpit_f = _sandpit_header()
+os.chdir(_sandpit_f[1])
+if _sandpit_f[0] == b"exec":
+    os.execvp(_sandpit_f[2], [os.fsdecode(a) for a in _sandpit_f[2:]])
+_sandpit_argv = [os.fsdecode(a) for a in _sandpit_f[2:]]
+del _sandpit_header, _sandpit_f
+sys.argv = _sandpit_argv
+sys.path[0] = os.path.dirname(_sandpit_argv[0])
+_sandpit_m = type(sys)("__main__")
+_sandpit_m.__file__ = _sandpit_argv[0]
+_sandpit_m.__cached__ = None
+_sandpit_m.__loader__ = sys.modules["_frozen_importlib_external"].SourceFileLoader("__main__", _sandpit_argv[0])
+_sandpit_m.__builtins__ = __builtins__
+_sandpit_m.__annotations__ = {}
+sys.modules["__main__"] = _sandpit_m
+try:
+    with open(_sandpit_argv[0], "rb") as _sandpit_fh:
+        _sandpit_src = _sandpit_fh.read()
+except OSError as e:
+    sys.stderr.write("python3: can't open file %r: [Errno %d] %s\n" % (_sandpit_argv[0], e.errno, e.strerror))
+    sys.exit(2)
+try:
+    exec(compile(_sandpit_src, _sandpit_argv[0], "exec"), _sandpit_m.__dict__)
+except SystemExit:
+    raise
+except BaseException as e:
+    # Show the traceback the program would have had: without this frame
+    # (a SyntaxError from compile() then has none, as at start-up).
+    e.__traceback__ = e.__traceback__.tb_next
+    sys.excepthook(type(e), e, e.__traceback__)
+    sys.exit(1)
