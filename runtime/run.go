@@ -34,6 +34,9 @@ func (r *Runtime) Run(ctx context.Context, req Request) (*Result, error) {
 	if err := r.validate(req); err != nil {
 		return nil, err
 	}
+	if err := r.admit(ctx, lang, req); err != nil {
+		return nil, err
+	}
 	timeout := req.Timeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second
@@ -168,6 +171,7 @@ func (r *Runtime) Limits(timeout time.Duration) Limits {
 		OpenFiles:      l.OpenFiles,
 		OutputBytes:    r.cfg.OutputBytes,
 		TimeoutSeconds: timeout.Seconds(),
+		Unenforced:     r.unenforced(),
 	}
 }
 

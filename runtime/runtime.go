@@ -56,6 +56,15 @@ type Config struct {
 	OutputBytes int64 // cap per stream
 	// Pool keeps sandboxes started ahead of requests (see pool.go).
 	Pool PoolConfig
+	// Rootless says containerd runs rootless (rootlesskit). Where cgroup
+	// limits cannot be enforced then, every run is refused with
+	// ErrLimitsUnenforceable unless AllowUnenforcedLimits accepts rlimit
+	// fallbacks, reported in each Result (see rootless.go).
+	Rootless              bool
+	AllowUnenforcedLimits bool
+	// Preflight, when set, checks Python code against a policy inside a
+	// sandbox before it runs (defence in depth; see preflight.go).
+	Preflight *PreflightPolicy
 	// DialTimeout bounds how long a call waits for containerd to answer.
 	DialTimeout time.Duration
 

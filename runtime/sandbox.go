@@ -41,6 +41,7 @@ func (r *Runtime) create(ctx context.Context, c *containerd.Client, img containe
 		UID:    oci.SandboxUID,
 		GID:    oci.SandboxGID,
 	})}, extra...)
+	specOpts = append(specOpts, r.fallbackOpts()...) // after the process options it wraps
 	container, err := c.NewContainer(ctx, cid,
 		containerd.WithSnapshotter(r.cfg.Snapshotter),
 		containerd.WithNewSnapshotView(cid, img, snapshots.WithLabels(labels)),
@@ -114,7 +115,7 @@ func (r *Runtime) await(ctx context.Context, sb *sandbox, deadline time.Time) (*
 	}
 	if timedOut || ctx.Err() != nil {
 		// Killing init tears down the pid namespace and everything in it.
-		if err := sb.task.Kill(cleanupCtx, syscall.SIGKILL, containerd.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
+		if err := sb.task.Kill(cleanupCtx, syscall.SIGKILL, r.killOpts()...); err != nil && !errdefs.IsNotFound(err) {
 			r.log.Warn("kill sandbox", "id", sb.id, "err", err)
 		}
 		select {
