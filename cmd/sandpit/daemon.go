@@ -29,6 +29,10 @@ func containerdFlags() []cli.Flag {
 		&cli.Int64Flag{Name: "pids", Value: 128, Usage: "process limit per sandbox"},
 		&cli.Float64Flag{Name: "cpus", Value: 1, Usage: "CPU quota per sandbox"},
 		&cli.Int64Flag{Name: "output-kb", Value: 64, Usage: "output kept per stream (KiB); the rest is counted and dropped"},
+		&cli.BoolFlag{Name: "rootless", Usage: "containerd runs rootless (scripts/rootless.sh); detected when sandpit itself runs without real root", EnvVars: []string{"SANDPIT_ROOTLESS"}},
+		&cli.BoolFlag{Name: "allow-unenforced-limits", Usage: "rootless on cgroup v1: run anyway with weaker rlimit fallbacks, listed in every result (default: refuse to run)"},
+		&cli.StringFlag{Name: "preflight-deny-modules", Usage: "comma-separated Python modules whose import rejects the code before it runs (defence in depth, parsed in a sandbox)", Action: validatePreflight},
+		&cli.StringFlag{Name: "preflight-deny-builtins", Usage: "comma-separated Python builtins (eval, exec, ...) whose use rejects the code before it runs", Action: validatePreflight},
 	}
 }
 
@@ -74,7 +78,13 @@ func runtimeConfig(c *cli.Context, addr string) runtime.Config {
 		OutputBytes: c.Int64("output-kb") << 10,
 		Logger:      slog.Default(),
 	}
-	if c.Bool("userns") {
+	cfg.Rootless = c.Bool("rootless") || runtime.IsRootless()
+	cfg.AllowUnenforcedLimits = c.Bool("allow-unenforced-limits")
+	cfg.Preflight, _ = runtime.ParsePreflightPolicy(c.String("preflight-deny-modules"), c.String("preflight-deny-builtins")) // validated by the flags' Action
+	// Rootless, the daemon's own user namespace (rootlesskit's subuid map)
+	// already maps sandboxes away from host ids; a nested map to the
+	// sandbox range is impossible there.
+	if c.Bool("userns") && !cfg.Rootless {
 		m := oci.DefaultIDMap()
 		cfg.UserNS = &m
 	}
@@ -89,4 +99,11 @@ func newRuntime(c *cli.Context) (*runtime.Runtime, error) {
 		slog.Warn("containerd unavailable; runs will fail until it is", "err", err)
 	}
 	return runtime.New(runtimeConfig(c, addr))
+}
+
+// validatePreflight rejects a pre-flight list that is not Python names at
+// start-up: a security setting is never warned about and ignored.
+func validatePreflight(c *cli.Context, _ string) error {
+	_, err := runtime.ParsePreflightPolicy(c.String("preflight-deny-modules"), c.String("preflight-deny-builtins"))
+	return err
 }

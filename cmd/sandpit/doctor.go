@@ -117,6 +117,21 @@ func doctor(c *cli.Context) []check {
 		}
 	}
 	out = append(out, cg)
+	if err := runtime.CheckRuntimeBinary(c.String("runc-binary"), mode); err != nil {
+		out = append(out, check{name: "runc-binary", ok: false, info: err.Error(), fix: "--runc-binary runc"})
+	}
+	if c.Bool("rootless") || !root || runtime.IsRootless() {
+		ok, reason := runtime.RootlessCgroups()
+		lim := check{name: "limits", ok: ok, info: "rootless: " + reason}
+		switch {
+		case !ok && c.Bool("allow-unenforced-limits"):
+			lim.warn, lim.info = true, lim.info+"; running anyway with rlimit fallbacks (--allow-unenforced-limits), each result lists what is not enforced"
+		case !ok:
+			lim.info += "; every run will be refused"
+			lim.fix = "run as root, use cgroup v2 with systemd delegation, or opt in to rlimit fallbacks with --allow-unenforced-limits"
+		}
+		out = append(out, lim)
+	}
 
 	if c.Bool("userns") {
 		ok, info := runtime.UserNamespacesEnabled()
