@@ -69,6 +69,9 @@ func NewRunc(ctx context.Context, cfg RuncConfig) (_ *Runc, retErr error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := searchable(filepath.Dir(cfg.Dir)); err != nil {
+		return nil, err
+	}
 	r := &Runc{cfg: cfg, ns: ns, rootfs: filepath.Join(cfg.Dir, "rootfs"), root: filepath.Join(cfg.Dir, "runc")}
 	if err := r.clear(ctx); err != nil {
 		return nil, fmt.Errorf("clear an earlier run's runc baseline: %w", err)
@@ -198,6 +201,24 @@ func (r *Runc) clear(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// searchable checks that every directory from dir up is searchable by
+// others: under a user namespace the sandbox's root is an unprivileged host
+// uid, and runc's init must reach the rootfs as that uid.
+func searchable(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		if err == nil && fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%s is mode %o: the sandbox's root (an unprivileged host uid under the user namespace) cannot reach a rootfs below it (hint: chmod o+x %s, or point --state-dir elsewhere)", d, fi.Mode().Perm(), d)
+		}
+		if d == filepath.Dir(d) {
+			return nil
+		}
+	}
 }
 
 func (r *Runc) runc(ctx context.Context, args ...string) (string, error) {
