@@ -68,9 +68,11 @@ func (r *Runtime) Run(ctx context.Context, req Request) (*Result, error) {
 	}
 	deadline := started.Add(timeout)
 
+	tOpen := time.Since(started)
 	var out *stepOutput
 	if w := r.claimWarm(lang); w != nil {
 		out, err = r.runWarm(ctx, w, lang, req, view, deadline)
+		r.log.Debug("warm run", "id", id, "view_open", tOpen, "run", time.Since(started)-tOpen)
 		if view != nil {
 			if derr := detachWorkspace(w); derr != nil && err == nil {
 				err = fmt.Errorf("detach workspace: %w", derr)

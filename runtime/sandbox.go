@@ -101,6 +101,7 @@ const killGrace = 5 * time.Second
 // counters. It leaves the sandbox for destroy.
 func (r *Runtime) await(ctx context.Context, sb *sandbox, deadline time.Time) (*stepOutput, error) {
 	cleanupCtx := context.WithoutCancel(ctx)
+	t0 := time.Now()
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	var (
@@ -138,7 +139,9 @@ func (r *Runtime) await(ctx context.Context, sb *sandbox, deadline time.Time) (*
 	case <-time.After(killGrace):
 		r.log.Warn("sandbox output did not drain", "id", sb.id)
 	}
+	tIO := time.Since(t0)
 	out := &stepOutput{stdout: sb.stdout, stderr: sb.stderr, usage: r.usage(cleanupCtx, sb.task), exitCode: int(st.ExitCode())}
+	r.log.Debug("sandbox exited", "id", sb.id, "exit_and_io", tIO, "metrics", time.Since(t0)-tIO, "exited_at", st.ExitTime().Sub(t0))
 	switch {
 	case timedOut:
 		out.status = StatusTimeout

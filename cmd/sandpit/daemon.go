@@ -76,7 +76,9 @@ func runtimeConfig(c *cli.Context, addr string) runtime.Config {
 			CPUs:        c.Float64("cpus"),
 		},
 		OutputBytes: c.Int64("output-kb") << 10,
-		Logger:      slog.Default(),
+		// Only serve defines these; elsewhere they read as zero: no pool.
+		Pool:   runtime.PoolConfig{Size: c.Int("pool"), IdleTimeout: c.Duration("pool-idle")},
+		Logger: slog.Default(),
 	}
 	cfg.Rootless = c.Bool("rootless") || runtime.IsRootless()
 	cfg.AllowUnenforcedLimits = c.Bool("allow-unenforced-limits")
