@@ -16,10 +16,14 @@ import (
 // cgroup limits with weaker per-process rlimits; the runtime uses them only
 // when the operator opted in, and reports the limits as unenforced.
 
-// WithoutCgroupLimits drops the memory, CPU and pids limits from the spec.
-// It must follow WithHardening.
+// WithoutCgroupLimits drops the memory, CPU and pids limits from the spec,
+// and the cgroup path: rootless runc ignores a cgroup it may not create only
+// when no path was asked for. It must follow WithHardening.
 func WithoutCgroupLimits() coci.SpecOpts {
 	return func(_ context.Context, _ coci.Client, _ *containers.Container, s *coci.Spec) error {
+		if s.Linux != nil {
+			s.Linux.CgroupsPath = ""
+		}
 		if s.Linux != nil && s.Linux.Resources != nil {
 			s.Linux.Resources.Memory = nil
 			s.Linux.Resources.CPU = nil

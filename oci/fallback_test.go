@@ -16,6 +16,9 @@ func TestFallbackLimits(t *testing.T) {
 	if r.Memory != nil || r.CPU != nil || r.Pids != nil {
 		t.Errorf("cgroup limits still set: memory %v cpu %v pids %v", r.Memory, r.CPU, r.Pids)
 	}
+	if s.Linux.CgroupsPath != "" {
+		t.Errorf("cgroups path %q kept; rootless runc would fail to create it", s.Linux.CgroupsPath)
+	}
 	if len(r.Devices) == 0 {
 		t.Error("device rules dropped with the limits")
 	}

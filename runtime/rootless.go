@@ -138,7 +138,7 @@ type fallback struct {
 	err        error    // refuse to run: limits unenforceable and no opt-in
 	unenforced []string // limits reported as not enforced (empty: all hold)
 	opts       []coci.SpecOpts
-	killAll    bool // containerd.WithKillAll works (it needs the cgroup)
+	killAll    bool // the sandbox has its own cgroup: WithKillAll and its usage counters work
 }
 
 // planFallback decides, from the configuration and whether cgroups can be

@@ -275,6 +275,9 @@ func (r *Runtime) steps(ctx context.Context, c *containerd.Client, img container
 // a task whose child was OOM-killed can still exit 0.
 func (r *Runtime) usage(ctx context.Context, task containerd.Task) Usage {
 	var u Usage
+	if !r.fallback().killAll {
+		return u // no cgroup of its own: the counters would be a parent's
+	}
 	m, err := task.Metrics(ctx)
 	if err != nil {
 		r.log.Debug("sandbox metrics unavailable", "err", err)
