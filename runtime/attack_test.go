@@ -781,11 +781,24 @@ print(f"count={total} stopped_by={err}")
 	if err := syscall.Statfs(r.Config().StateDir, &hostAfter); err != nil {
 		t.Fatal(err)
 	}
-	// Other work on the host writes too; the sandboxes tried to write
-	// 4 GiB, so a drop of 512 MiB would mean they reached the disk.
-	if drop := (int64(hostBefore.Bavail) - int64(hostAfter.Bavail)) * hostAfter.Bsize; drop > 512<<20 {
-		t.Errorf("host free disk dropped by %d MiB while sandboxes filled their tmpfs", drop>>20)
-	}
+	// Logged, not asserted: other work on a shared host writes too. The
+	// guarantee is asserted by no_writable_disk_mount below.
+	t.Logf("host free disk moved by %d MiB while sandboxes tried to write 4 GiB", (int64(hostBefore.Bavail)-int64(hostAfter.Bavail))*hostAfter.Bsize>>20)
+
+	t.Run("no_writable_disk_mount", func(t *testing.T) {
+		res := run(t, r, runtime.Request{Language: "python", Code: `# Every writable mount must be memory-backed (and so size-limited and
+# charged to the memory cgroup) or a pseudo filesystem.
+ok = {"tmpfs", "proc", "devpts", "mqueue", "sysfs", "devtmpfs"}
+for line in open("/proc/self/mountinfo"):
+    pre, post = line.split(" - ")
+    f = pre.split()
+    fstype = post.split()[0]
+    if "rw" in f[5].split(",") and fstype not in ok:
+        print("UNSAFE writable", fstype, "mount at", f[4])
+print("checked mounts")
+`})
+		checkMarkers(t, res, []string{"checked mounts"})
+	})
 }
 
 // TestAttackParallel: eight attacks at once (fork bomb, CPU spin, memory
