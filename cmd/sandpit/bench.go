@@ -169,15 +169,25 @@ func (b *benchRun) comparators(ctx context.Context, langs []string) ([]bench.Com
 	v["gcc"] = bench.CommandVersion(ctx, "gcc", "--version")
 	v["sandpit"] = version
 
-	var cold *runtime.Runtime
-	if want("sandpit-cold") {
+	// In-process runtimes configured like serve's: without and with a pool.
+	inproc := map[string]*runtime.Runtime{}
+	for _, name := range []string{"sandpit-cold", "sandpit-warm"} {
+		if !want(name) {
+			continue
+		}
 		cfg := runtimeConfig(b.c, b.addr)
-		cfg.Instance, cfg.StateDir = b.instance("cold"), filepath.Join(b.dir, "cold")
-		cold, err = runtime.New(cfg)
+		suffix := strings.TrimPrefix(name, "sandpit-")
+		cfg.Instance, cfg.StateDir = b.instance(suffix), filepath.Join(b.dir, suffix)
+		cfg.Pool = runtime.PoolConfig{}
+		if name == "sandpit-warm" {
+			cfg.Pool = runtime.PoolConfig{Size: 2, IdleTimeout: 5 * time.Minute}
+		}
+		rt, err := runtime.New(cfg)
 		if err != nil {
 			return nil, err
 		}
-		b.closers = append(b.closers, func(context.Context) error { return cold.Close() })
+		b.closers = append(b.closers, func(context.Context) error { return rt.Close() })
+		inproc[name] = rt
 	}
 	servers, err := b.mcpServers(ctx, want)
 	if err != nil {
@@ -198,8 +208,10 @@ func (b *benchRun) comparators(ctx context.Context, langs []string) ([]bench.Com
 			run, err := b.hostGCC(prog.code, prog.want)
 			add(lang, "host-gcc", bench.RoleHost, run, err)
 		}
-		if cold != nil {
-			add(lang, "sandpit-cold", "", sandpitRun(cold, lang, prog.code, prog.want), nil)
+		for _, name := range []string{"sandpit-cold", "sandpit-warm"} {
+			if rt := inproc[name]; rt != nil {
+				add(lang, name, "", sandpitRun(rt, lang, prog.code, prog.want), nil)
+			}
 		}
 		for _, s := range servers {
 			add(lang, s.name, "", mcpRun(s.client, lang, prog.code, prog.want), s.err)

@@ -53,9 +53,9 @@ func TestBenchJSON(t *testing.T) {
 	if _, _, ok := poolArgs(); ok {
 		mcpNames = []string{"sandpit-mcp-warm", "sandpit-mcp-cold"}
 	}
-	python := append([]string{"host-python", "runc-run", "sandpit-cold"}, mcpNames...)
+	python := append([]string{"host-python", "runc-run", "sandpit-cold", "sandpit-warm"}, mcpNames...)
 	python = append(python, "ctr-run", "docker-run", "podman-run")
-	c := append([]string{"host-gcc", "sandpit-cold"}, mcpNames...)
+	c := append([]string{"host-gcc", "sandpit-cold", "sandpit-warm"}, mcpNames...)
 
 	// Every comparator is measured or said to be unavailable, exactly once.
 	seen := map[string]int{}
