@@ -368,3 +368,19 @@ func WithCPUs(cpus float64) coci.SpecOpts {
 		return nil
 	}
 }
+
+// WithTmpfs mounts a size-limited tmpfs at dst (a mountpoint in the image)
+// owned by the sandbox user, nosuid and nodev, executable only when asked.
+// (runc gives a tmpfs the mode of the directory it covers, so ownership,
+// not mode=, is what makes it writable.)
+func WithTmpfs(dst string, size int64, exec bool) coci.SpecOpts {
+	return func(_ context.Context, _ coci.Client, _ *containers.Container, s *coci.Spec) error {
+		opts := []string{"nosuid", "nodev", sizeOpt(size),
+			"uid=" + strconv.Itoa(SandboxUID), "gid=" + strconv.Itoa(SandboxGID)}
+		if !exec {
+			opts = append(opts, "noexec")
+		}
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: dst, Type: "tmpfs", Source: "tmpfs", Options: opts})
+		return nil
+	}
+}

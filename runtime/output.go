@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 	"sync"
@@ -61,4 +62,28 @@ func (b *cappedBuffer) result() (string, bool, int64) {
 		s += fmt.Sprintf(TruncationMarker, len(kept), b.total)
 	}
 	return s, truncated, b.total
+}
+
+// stripPrefix removes p from the start of the kept bytes, and from the
+// count, when the output starts with it.
+func (b *cappedBuffer) stripPrefix(p []byte) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !bytes.HasPrefix(b.buf, p) {
+		return false
+	}
+	b.buf = b.buf[len(p):]
+	b.total -= int64(len(p))
+	return true
+}
+
+// clamp keeps at most max bytes (a pooled sandbox's buffer has room for the
+// waiter's verdict line on top of the cap).
+func (b *cappedBuffer) clamp(max int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if int64(len(b.buf)) > max {
+		b.buf = b.buf[:max]
+	}
+	b.max = max
 }

@@ -24,7 +24,9 @@ import (
 // running a small waiter (waiter.py) that blocks on its stdin. A request
 // claims one, writes its source into the sandbox's (read-only bound) source
 // directory from the host, attaches the workspace through mount propagation,
-// and sends a one-line header: the waiter then becomes the program. Every
+// and sends a one-line header: the waiter then becomes the program (and, for
+// C and C++, compiles it first). The waiter is the same for every language,
+// so there is one pool per image, shared by the languages built on it. Every
 // pooled sandbox serves exactly one request and is destroyed afterwards; the
 // pool refills in the background.
 
@@ -38,7 +40,7 @@ type PoolConfig struct {
 	// IdleTimeout destroys ready sandboxes nobody claimed for this long, and
 	// stops refilling until the next request.
 	IdleTimeout time.Duration
-	// Languages to pool; empty means every language without a compile step.
+	// Languages that may use the pool; empty means all.
 	Languages []string
 }
 
@@ -53,10 +55,10 @@ type PoolStats struct {
 }
 
 type pool struct {
-	r    *Runtime
-	lang *LanguageSpec
-	size int
-	idle time.Duration
+	r     *Runtime
+	image string
+	size  int
+	idle  time.Duration
 
 	mu       sync.Mutex
 	ready    []*warm
@@ -81,28 +83,26 @@ func (r *Runtime) startPools() {
 	if pc.Size <= 0 {
 		return
 	}
-	want := map[string]bool{}
+	allowed := map[string]bool{}
 	for _, n := range pc.Languages {
-		want[strings.ToLower(n)] = true
+		allowed[strings.ToLower(n)] = true
+	}
+	idle := pc.IdleTimeout
+	if idle <= 0 {
+		idle = 5 * time.Minute
 	}
 	for i := range r.cfg.Languages {
 		l := &r.cfg.Languages[i]
-		if len(l.Compile) > 0 && len(pc.Languages) == 0 {
-			continue // compiled languages run cold unless asked for
-		}
-		if len(pc.Languages) > 0 && !want[l.Name] {
+		if len(allowed) > 0 && !allowed[l.Name] {
 			continue
 		}
-		if len(l.Compile) > 0 {
-			r.log.Warn("warm pool: compiled languages are not pooled yet", "language", l.Name)
+		if p, ok := r.pools[l.Image]; ok {
+			r.pooled[l.Name] = p
 			continue
 		}
-		idle := pc.IdleTimeout
-		if idle <= 0 {
-			idle = 5 * time.Minute
-		}
-		p := &pool{r: r, lang: l, size: pc.Size, idle: idle, lastUse: time.Now()}
-		r.pools[l.Name] = p
+		p := &pool{r: r, image: l.Image, size: pc.Size, idle: idle, lastUse: time.Now()}
+		r.pools[l.Image] = p
+		r.pooled[l.Name] = p
 		p.refill()
 		go p.expireLoop()
 	}
@@ -151,13 +151,13 @@ func (p *pool) fillOne() {
 	if delay > 0 {
 		time.Sleep(delay)
 	}
-	w, err := p.r.newWarm(context.Background(), p.lang)
+	w, err := p.r.newWarm(context.Background(), p.image)
 	p.mu.Lock()
 	p.filling--
 	if err != nil {
 		p.failures++
 		p.mu.Unlock()
-		p.r.log.Debug("warm pool: cannot start a sandbox", "language", p.lang.Name, "err", err)
+		p.r.log.Debug("warm pool: cannot start a sandbox", "image", p.image, "err", err)
 		return
 	}
 	p.created.Add(1)
@@ -224,23 +224,24 @@ func (p *pool) stats() PoolStats {
 	return PoolStats{Created: p.created.Load(), Claimed: p.claimed.Load(), Expired: p.expired.Load(), Discarded: p.discarded.Load(), Ready: n}
 }
 
-// PoolStats reports each language's pool.
+// PoolStats reports the pool each pooled language uses (languages on one
+// image share a pool, and so its figures).
 func (r *Runtime) PoolStats() map[string]PoolStats {
 	out := map[string]PoolStats{}
-	for name, p := range r.pools {
+	for name, p := range r.pooled {
 		out[name] = p.stats()
 	}
 	return out
 }
 
 // newWarm creates and starts one pooled sandbox.
-func (r *Runtime) newWarm(ctx context.Context, lang *LanguageSpec) (_ *warm, retErr error) {
+func (r *Runtime) newWarm(ctx context.Context, image string) (_ *warm, retErr error) {
 	ctx = r.nsctx(ctx)
 	c, err := r.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	img, err := r.image(ctx, c, lang.Image)
+	img, err := r.image(ctx, c, image)
 	if err != nil {
 		return nil, err
 	}
@@ -271,8 +272,11 @@ func (r *Runtime) newWarm(ctx context.Context, lang *LanguageSpec) (_ *warm, ret
 		oci.WithProcess("/tmp", "python3", "-c", waiterPy),
 		oci.WithBind(filepath.Join(dir, "src"), oci.SourceDir, false, false),
 		withSlaveBind(ws, oci.WorkspaceDir),
+		// The compiler writes the program here and the same sandbox runs
+		// it: a size-limited tmpfs, charged to the sandbox's memory.
+		oci.WithTmpfs(oci.BuildDir, r.cfg.Limits.TmpfsBytes, true),
 	}
-	sb, err := r.create(ctx, c, img, id, filepath.Join(dir, "fifo"), lateStdin(), opts)
+	sb, err := r.create(ctx, c, img, id, filepath.Join(dir, "fifo"), lateStdin(), r.cfg.OutputBytes+int64(len(compileFailed)), opts)
 	if err != nil {
 		return w, err
 	}
@@ -333,13 +337,39 @@ func (r *Runtime) runWarm(ctx context.Context, w *warm, lang *LanguageSpec, req 
 	}
 	argv := append(lang.argv(lang.Run, req.Path), req.Args...)
 	mode := "exec"
-	if lang.Name == "python" {
+	switch {
+	case len(lang.Compile) > 0:
+		mode = "build"
+		argv = append(append(lang.argv(lang.Compile, req.Path), "--"), argv...)
+	case lang.Name == "python":
 		mode = "python" // run in the waiting interpreter: no second start-up
 		argv = argv[1:] // drop "python3"
 	}
 	w.sb.stdin.send(waiterHeader(mode, cwd, argv), req.Stdin)
-	return r.await(ctx, w.sb, deadline)
+	out, err := r.await(ctx, w.sb, deadline)
+	if err != nil {
+		return out, err
+	}
+	if mode == "build" {
+		// The waiter reports the compiler's verdict in a line at the very
+		// start of stdout, before the program can write anything.
+		switch {
+		case out.stdout.stripPrefix(compileOK):
+		case out.stdout.stripPrefix(compileFailed):
+			if out.status == StatusError {
+				out.status = StatusCompileError
+			}
+		}
+	}
+	out.stdout.clamp(r.cfg.OutputBytes)
+	return out, nil
 }
+
+// The waiter's compile verdicts (waiter.py writes the same bytes).
+var (
+	compileOK     = []byte("\x00sandpit:compiled\n")
+	compileFailed = []byte("\x00sandpit:compile-failed\n")
+)
 
 // waiterHeader is the one line waiter.py reads before it becomes the
 // program: hex-encoded fields separated by spaces, so any byte can pass.

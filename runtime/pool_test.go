@@ -47,6 +47,10 @@ func TestPoolBehavesLikeCold(t *testing.T) {
 		{"cwd", runtime.Request{Language: "python", Code: "import os; print(os.getcwd())"}},
 		{"large output", runtime.Request{Language: "python", Code: "print('y' * 300000)"}},
 		{"bash argv", runtime.Request{Language: "bash", Code: "echo \"$0\" \"$@\"; read x; echo got $x; exit 3", Args: []string{"p q"}, Stdin: []byte("line\n")}},
+		{"c argv stdin exit", runtime.Request{Language: "c", Code: "#include <stdio.h>\nint main(int c, char**v){char b[64]; fgets(b, 64, stdin); printf(\"%s %d %s\", v[0], c, b); fprintf(stderr, \"e\\n\"); return 5;}", Args: []string{"a"}, Stdin: []byte("in\n")}},
+		{"c compile error", runtime.Request{Language: "c", Code: "int main(void) { return x; }"}},
+		{"c warning only", runtime.Request{Language: "c", Code: "int main(void) { int unused; return 0; }"}},
+		{"cpp", runtime.Request{Language: "cpp", Code: "#include <iostream>\n#include <vector>\nint main(){std::vector<int> v{1,2,3}; for (int x : v) std::cout << x; std::cout << std::endl;}"}},
 	}
 	waitReady(t, warm, "python", 2)
 	for _, tt := range tests {
@@ -82,7 +86,7 @@ func TestPoolBehavesLikeCold(t *testing.T) {
 			}
 		})
 	}
-	st := warm.PoolStats()["python"]
+	st := warm.PoolStats()["c"]
 	if st.Claimed == 0 {
 		t.Errorf("no run was served from the pool: %+v", st)
 	}

@@ -109,7 +109,7 @@ func (r *Runtime) Run(ctx context.Context, req Request) (*Result, error) {
 
 // claimWarm returns a pooled sandbox for lang, or nil to run cold.
 func (r *Runtime) claimWarm(lang *LanguageSpec) *warm {
-	p := r.pools[lang.Name]
+	p := r.pooled[lang.Name]
 	if p == nil {
 		return nil
 	}
@@ -228,7 +228,7 @@ func (r *Runtime) steps(ctx context.Context, c *containerd.Client, img container
 	fifos := filepath.Join(dir, "fifo")
 	run := func(cid string, stdin []byte, opts []coci.SpecOpts) (*stepOutput, error) {
 		t0 := time.Now()
-		sb, err := r.create(ctx, c, img, cid, fifos, fixedStdin(stdin), opts)
+		sb, err := r.create(ctx, c, img, cid, fifos, fixedStdin(stdin), r.cfg.OutputBytes, opts)
 		if err != nil {
 			return nil, err
 		}

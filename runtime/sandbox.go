@@ -32,7 +32,7 @@ type sandbox struct {
 
 // create makes the container and its task, wired to fresh capped output
 // buffers and to stdin, and subscribes to its exit. On error nothing is left.
-func (r *Runtime) create(ctx context.Context, c *containerd.Client, img containerd.Image, cid, fifoDir string, stdin *stdinFeed, extra []coci.SpecOpts) (_ *sandbox, retErr error) {
+func (r *Runtime) create(ctx context.Context, c *containerd.Client, img containerd.Image, cid, fifoDir string, stdin *stdinFeed, stdoutCap int64, extra []coci.SpecOpts) (_ *sandbox, retErr error) {
 	cleanupCtx := context.WithoutCancel(ctx)
 	labels := map[string]string{LabelInstance: r.cfg.Instance, LabelRun: cid}
 	specOpts := append([]coci.SpecOpts{oci.WithHardening(oci.Profile{
@@ -55,7 +55,7 @@ func (r *Runtime) create(ctx context.Context, c *containerd.Client, img containe
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	sb := &sandbox{id: cid, container: container, stdin: stdin,
-		stdout: newCappedBuffer(r.cfg.OutputBytes), stderr: newCappedBuffer(r.cfg.OutputBytes)}
+		stdout: newCappedBuffer(stdoutCap), stderr: newCappedBuffer(r.cfg.OutputBytes)}
 	defer func() {
 		if retErr != nil {
 			r.destroy(cleanupCtx, sb)

@@ -20,6 +20,37 @@ def _sandpit_header():
     return [b"" if f == "-" else bytes.fromhex(f) for f in b.decode("ascii").split(" ")]
 _sandpit_f = _sandpit_header()
 os.chdir(_sandpit_f[1])
+if _sandpit_f[0] == b"build":
+    # Compile (argv up to "--"), then run (argv after it). The verdict goes
+    # to stdout first, as one line the server strips; compiler messages are
+    # kept only when it fails, as with a separate compile step.
+    _sandpit_i = _sandpit_f.index(b"--")
+    _sandpit_cc, _sandpit_run = _sandpit_f[2:_sandpit_i], _sandpit_f[_sandpit_i + 1:]
+    _sandpit_r, _sandpit_w = os.pipe()
+    _sandpit_pid = os.fork()
+    if _sandpit_pid == 0:
+        _sandpit_null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(_sandpit_null, 0)
+        os.dup2(_sandpit_w, 1)
+        os.dup2(_sandpit_w, 2)
+        try:
+            os.execvp(_sandpit_cc[0], [os.fsdecode(a) for a in _sandpit_cc])
+        finally:
+            os._exit(127)
+    os.close(_sandpit_w)
+    _sandpit_msgs = bytearray()
+    while True:
+        _sandpit_c = os.read(_sandpit_r, 65536)
+        if not _sandpit_c:
+            break
+        _sandpit_msgs += _sandpit_c
+    _sandpit_st = os.waitstatus_to_exitcode(os.waitpid(_sandpit_pid, 0)[1])
+    if _sandpit_st != 0:
+        os.write(1, b"\x00sandpit:compile-failed\n")
+        os.write(2, bytes(_sandpit_msgs))
+        os._exit(_sandpit_st if _sandpit_st > 0 else 128 - _sandpit_st)
+    os.write(1, b"\x00sandpit:compiled\n")
+    os.execv(_sandpit_run[0], [os.fsdecode(a) for a in _sandpit_run])
 if _sandpit_f[0] == b"exec":
     os.execvp(_sandpit_f[2], [os.fsdecode(a) for a in _sandpit_f[2:]])
 _sandpit_argv = [os.fsdecode(a) for a in _sandpit_f[2:]]
