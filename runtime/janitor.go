@@ -12,6 +12,7 @@ import (
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/snapshots"
+	"golang.org/x/sys/unix"
 )
 
 // Sweep removes every container, task and snapshot labelled with this
@@ -76,6 +77,11 @@ func (r *Runtime) sweepCount(ctx context.Context, c *containerd.Client) (int, er
 	for _, e := range entries {
 		if r.isLive(e.Name()) {
 			continue
+		}
+		// A pooled sandbox's ws/ is a mount point (maybe with a workspace
+		// view stacked on it): unmount before removing.
+		ws := filepath.Join(runs, e.Name(), "ws")
+		for unix.Unmount(ws, unix.MNT_DETACH) == nil {
 		}
 		if err := os.RemoveAll(filepath.Join(runs, e.Name())); err != nil {
 			errs = append(errs, err)
