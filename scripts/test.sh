@@ -27,7 +27,7 @@ echo "== containerd"
 sock=$(scripts/containerd.sh start)
 
 echo "== image"
-bin/sandpit images --address "$sock" build
+bin/sandpit images build --address "$sock"
 
 echo "== tests"
 export SANDPIT_TEST_CONTAINERD="$sock"
