@@ -67,7 +67,7 @@ func startServer(t *testing.T, env []string, args ...string) *client.Client {
 func serverArgs(t *testing.T) []string {
 	addr := testenv.Containerd(t)
 	return append([]string{
-		"--address", addr, "--no-start", "--build-images=false",
+		"--address", addr, "--no-start", "--build-images=false", "--memory-mb", "256",
 		"--instance", "e2e-" + strings.ReplaceAll(t.Name(), "/", "-"),
 	}, storeArgs(t)...)
 }
@@ -145,7 +145,7 @@ func TestMCPRunCode(t *testing.T) {
 		{name: "no network", args: map[string]any{"language": "python", "code": "import socket\ntry:\n  socket.create_connection(('1.1.1.1', 80), timeout=3); print('CONNECTED')\nexcept OSError as e: print('blocked:', e)"}, status: "success", has: "blocked:"},
 		{name: "read-only root", args: map[string]any{"language": "bash", "code": "echo x > /usr/x"}, status: "error", exit: 1, has: "Read-only file system"},
 		{name: "no privileges", args: map[string]any{"language": "bash", "code": "grep -E 'NoNewPrivs|CapEff' /proc/self/status"}, status: "success", has: "CapEff:\t0000000000000000"},
-		{name: "memory hog", args: map[string]any{"language": "python", "code": "x = []\nwhile True: x.append(bytearray(32 << 20))"}, status: "oom"},
+		{name: "memory hog", args: map[string]any{"language": "python", "code": "x = []\nwhile True: x.append(bytearray(32 << 20))", "timeout_seconds": 60}, status: "oom"},
 		{name: "fork bomb", args: map[string]any{"language": "bash", "code": ":(){ :|:& };: 2>/dev/null; sleep 1; echo alive", "timeout_seconds": 10}, has: "alive"},
 	}
 	for _, tt := range tests {
