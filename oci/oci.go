@@ -375,7 +375,7 @@ func WithCPUs(cpus float64) coci.SpecOpts {
 // not mode=, is what makes it writable.)
 func WithTmpfs(dst string, size int64, exec bool) coci.SpecOpts {
 	return func(_ context.Context, _ coci.Client, _ *containers.Container, s *coci.Spec) error {
-		opts := []string{"nosuid", "nodev", sizeOpt(size),
+		opts := []string{"nosuid", "nodev", sizeOpt(size), inodesOpt(size),
 			"uid=" + strconv.Itoa(SandboxUID), "gid=" + strconv.Itoa(SandboxGID)}
 		if !exec {
 			opts = append(opts, "noexec")
