@@ -33,7 +33,7 @@ func dataDir() string {
 func workspaceFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "workspace", Value: filepath.Join(dataDir(), "workspace"), Usage: "directory shared by the file tools and every run (mounted at /workspace)", EnvVars: []string{"SANDPIT_WORKSPACE"}},
-		&cli.StringFlag{Name: "workspace-quota", Value: "1GiB", Usage: "most bytes one run may write into the workspace (it gets ENOSPC beyond); host-side writes are bounded by 4× this"},
+		&cli.StringFlag{Name: "workspace-quota", Value: "256MiB", Usage: "most bytes one run may write into the workspace (it gets ENOSPC beyond); they are held in memory until the run ends and count against --memory-mb, so keep it below that; host-side writes are bounded by 4× this"},
 		&cli.StringFlag{Name: "snapshot-dir", Value: filepath.Join(dataDir(), "snapshots"), Usage: "content-addressed snapshot store and its index"},
 		&cli.IntFlag{Name: "undo-runs", Value: snapshot.DefaultMaxUndo, Usage: "how many runs undo_last_run can take back"},
 		&cli.BoolFlag{Name: "require-workspace-quota", Usage: "refuse to start when per-run overlays cannot be mounted (instead of binding the workspace without quota)"},
@@ -48,6 +48,9 @@ func workspaceConfig(c *cli.Context, cfg *mcp.Config, owner workspace.Owner) (cl
 	quota, err := parseSize(c.String("workspace-quota"))
 	if err != nil {
 		return nil, fmt.Errorf("--workspace-quota: %w", err)
+	}
+	if mem := c.Int64("memory-mb") << 20; mem > 0 && quota >= mem {
+		slog.Warn("--workspace-quota is not below --memory-mb: a run writing that much is OOM-killed before it sees ENOSPC", "quota_bytes", quota, "memory_bytes", mem)
 	}
 	state := c.String("state-dir")
 	if state == "" {
