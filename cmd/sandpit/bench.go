@@ -414,12 +414,13 @@ func (b *benchRun) startServer(ctx context.Context, name string, extra []string)
 	for _, f := range []string{"namespace", "runtime", "runc-binary", "userns", "memory-mb", "pids", "cpus", "output-kb"} {
 		args = append(args, fmt.Sprintf("--%s=%v", f, b.c.Value(f)))
 	}
-	// Persistent stores go to scratch places, never the operator's.
+	// Persistent stores go to scratch places, never the operator's (and not
+	// to <state-dir>/workspace, where serve keeps the per-run views).
 	has := map[string]bool{}
 	for _, f := range serveCommand().Flags {
 		has[f.Names()[0]] = true
 	}
-	for flag, path := range map[string]string{"workspace": "workspace", "snapshot-dir": "snapshots", "history-db": "history.db"} {
+	for flag, path := range map[string]string{"workspace": "agent-files", "snapshot-dir": "snapshots", "history-db": "history.db"} {
 		if has[flag] {
 			args = append(args, "--"+flag, filepath.Join(dir, path))
 		}
