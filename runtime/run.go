@@ -278,6 +278,10 @@ func (r *Runtime) usage(ctx context.Context, task containerd.Task) Usage {
 	if !r.fallback().killAll {
 		return u // no cgroup of its own: the counters would be a parent's
 	}
+	// containerd's default spec puts the sandbox at /<namespace>/<id>.
+	if u, ok := r.cgroups.usage("/" + r.cfg.Namespace + "/" + task.ID()); ok {
+		return u
+	}
 	m, err := task.Metrics(ctx)
 	if err != nil {
 		r.log.Debug("sandbox metrics unavailable", "err", err)

@@ -123,8 +123,9 @@ type Runtime struct {
 	swept   bool
 	images  map[string]containerd.Image
 	version string
-	live    map[string]bool  // run ids in progress, which Sweep must not touch
-	bg      sync.WaitGroup   // cleanup running off the request path
+	live    map[string]bool // run ids in progress, which Sweep must not touch
+	bg      sync.WaitGroup  // cleanup running off the request path
+	cgroups *cgroupFS
 	pools   map[string]*pool // by image
 	pooled  map[string]*pool // by language name
 }
@@ -139,7 +140,7 @@ func New(cfg Config) (*Runtime, error) {
 	if len(cfg.Languages) == 0 {
 		return nil, errors.New("no languages configured (use DefaultLanguages with the image ref)")
 	}
-	r := &Runtime{cfg: cfg, log: cfg.Logger, langs: map[string]*LanguageSpec{}, images: map[string]containerd.Image{}, live: map[string]bool{}, pools: map[string]*pool{}, pooled: map[string]*pool{}}
+	r := &Runtime{cfg: cfg, log: cfg.Logger, langs: map[string]*LanguageSpec{}, images: map[string]containerd.Image{}, live: map[string]bool{}, cgroups: newCgroupFS(), pools: map[string]*pool{}, pooled: map[string]*pool{}}
 	for i := range cfg.Languages {
 		l := &cfg.Languages[i]
 		r.langs[l.Name] = l
