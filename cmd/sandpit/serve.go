@@ -23,6 +23,7 @@ func serveCommand() *cli.Command {
 		&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second, Usage: "run_code's default timeout"},
 		&cli.DurationFlag{Name: "max-timeout", Value: 60 * time.Second, Usage: "the longest timeout a caller may ask for"},
 		&cli.IntFlag{Name: "max-code-kb", Value: 64, Usage: "largest code or stdin accepted (KiB)"},
+		&cli.IntFlag{Name: "concurrency", Value: 16, Usage: "tool calls served at once (mcp-go's default is 5)"},
 		&cli.IntFlag{Name: "pool", Value: 2, Usage: "sandboxes kept started ahead of requests, per pooled language (0: off)"},
 		&cli.DurationFlag{Name: "pool-idle", Value: 5 * time.Minute, Usage: "destroy pooled sandboxes unused for this long; refill on the next request"},
 		&cli.BoolFlag{Name: "build-images", Value: true, Usage: "build the language image in the background if it is missing"},
@@ -74,7 +75,7 @@ func serveCommand() *cli.Command {
 			}
 			s := mcp.NewServer(cfg)
 			slog.Info("sandpit serving MCP on stdio", "version", version)
-			return server.ServeStdio(s)
+			return server.ServeStdio(s, server.WithWorkerPoolSize(c.Int("concurrency")))
 		},
 	}
 }
