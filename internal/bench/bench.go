@@ -2,9 +2,12 @@
 // take to run the same program on this host, and reports medians, spread and
 // ratios.
 //
-// The guarantees: comparators are run interleaved, round-robin with a
-// rotating start, so that drift on a shared machine (load from other work,
-// thermal throttling, a daemon's caches) hits all of them alike; a sample is
+// The guarantees: comparators are run interleaved, in a new random order
+// each round (seeded, so reruns use the same orders), so that drift on a
+// shared machine (load from other work, thermal throttling, a daemon's
+// caches) hits all of them alike and no comparator always runs right after
+// one that leaves work in the background (a pool refilling, a sandbox being
+// deleted); a sample is
 // only counted when its run succeeded and printed what the program should
 // print, so a failing path can never look fast; and every measurement is
 // bounded in count and in time.
@@ -18,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +53,9 @@ type Options struct {
 	Budget time.Duration // stop starting rounds after this long (0: no limit)
 	// RunTimeout bounds one run (default one minute).
 	RunTimeout time.Duration
+	// Gap is an untimed pause before each run, the way an agent's calls
+	// arrive with the model's turn in between; 0 runs back to back.
+	Gap time.Duration
 }
 
 func (o Options) runTimeout() time.Duration {
@@ -74,7 +81,7 @@ type Latency struct {
 }
 
 // MeasureLatency runs every comparator once per round, in an order that
-// rotates each round, for opt.Warmup unmeasured and then opt.N measured
+// is shuffled each round, for opt.Warmup unmeasured and then opt.N measured
 // rounds. It stops early, with what it has, when ctx ends or the budget is
 // spent.
 func MeasureLatency(ctx context.Context, comps []Comparator, opt Options) []Latency {
@@ -82,12 +89,23 @@ func MeasureLatency(ctx context.Context, comps []Comparator, opt Options) []Late
 	errs := make([]error, len(comps))
 	nerr := make([]int, len(comps))
 	start := time.Now()
+	rng := rand.New(rand.NewPCG(1, 2))
+	order := make([]int, len(comps))
+	for i := range order {
+		order[i] = i
+	}
 	for round := range opt.Warmup + opt.N {
 		if ctx.Err() != nil || opt.Budget > 0 && time.Since(start) > opt.Budget {
 			break
 		}
-		for k := range comps {
-			i := (round + k) % len(comps)
+		rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+		for _, i := range order {
+			if opt.Gap > 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(opt.Gap):
+				}
+			}
 			d, err := timeRun(ctx, comps[i], opt.runTimeout())
 			if round < opt.Warmup {
 				continue

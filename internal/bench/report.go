@@ -80,6 +80,7 @@ type Report struct {
 	Notes       []string      `json:"notes,omitempty"`
 	Machine     Machine       `json:"machine"`
 	Warmup      int           `json:"warmup"`
+	GapMS       int64         `json:"gap_ms"`
 	Latency     []Latency     `json:"latency"`
 	Throughput  []Throughput  `json:"throughput,omitempty"`
 	Unavailable []Unavailable `json:"unavailable,omitempty"`
@@ -109,7 +110,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(bw, "note:    %s\n", n)
 	}
 
-	fmt.Fprintf(bw, "\nlatency (interleaved rounds, %d warm-up rounds discarded)\n", r.Warmup)
+	fmt.Fprintf(bw, "\nlatency (interleaved rounds in shuffled order, %d warm-up rounds discarded, %d ms untimed gap before each run)\n", r.Warmup, r.GapMS)
 	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
 	w0 := len("name")
 	for _, l := range r.Latency {
