@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"bufio"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,36 +18,17 @@ type cgroupFS struct {
 
 func newCgroupFS() *cgroupFS {
 	c := &cgroupFS{v1: map[string]string{}}
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return c
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		sep := -1
-		for i, fld := range fields {
-			if fld == "-" {
-				sep = i
-				break
+	for _, m := range cgroupMounts() {
+		if m.v2 {
+			if b, err := os.ReadFile(filepath.Join(m.point, "cgroup.controllers")); err == nil && strings.Contains(string(b), "memory") {
+				c.v2 = m.point
 			}
-		}
-		if sep < 0 || sep+3 >= len(fields) || len(fields) < 5 {
 			continue
 		}
-		mnt, fstype, opts := fields[4], fields[sep+1], fields[sep+3]
-		switch fstype {
-		case "cgroup":
-			for _, o := range strings.Split(opts, ",") {
-				switch o {
-				case "memory", "cpuacct", "pids":
-					c.v1[o] = mnt
-				}
-			}
-		case "cgroup2":
-			if b, err := os.ReadFile(filepath.Join(mnt, "cgroup.controllers")); err == nil && strings.Contains(string(b), "memory") {
-				c.v2 = mnt
+		for _, o := range strings.Split(m.opts, ",") {
+			switch o {
+			case "memory", "cpuacct", "pids":
+				c.v1[o] = m.point
 			}
 		}
 	}

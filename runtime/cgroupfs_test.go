@@ -57,3 +57,20 @@ func TestCgroupFSUsage(t *testing.T) {
 		})
 	}
 }
+
+func TestNewCgroupFSFindsHostControllers(t *testing.T) {
+	mode := DetectCgroups()
+	c := newCgroupFS()
+	switch mode {
+	case CgroupV1, CgroupHybrid:
+		if c.v1["memory"] == "" || c.v1["cpuacct"] == "" {
+			t.Errorf("cgroup %s host: v1 controllers not found: %v", mode, c.v1)
+		}
+	case CgroupV2:
+		if c.v2 == "" && len(c.v1) == 0 {
+			t.Errorf("cgroup v2 host: no controller mount found")
+		}
+	default:
+		t.Skip("no cgroup filesystem on this host")
+	}
+}

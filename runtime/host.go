@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -21,36 +22,48 @@ const (
 	CgroupNone   CgroupMode = "none"
 )
 
-// DetectCgroups reads /proc/self/mountinfo's cgroup mounts.
-func DetectCgroups() CgroupMode {
+// cgroupMount is one cgroup filesystem mounted on this host.
+type cgroupMount struct {
+	point string // mount point
+	v2    bool   // cgroup2 rather than a v1 hierarchy
+	opts  string // super options: the v1 controllers, e.g. "rw,cpu,cpuacct"
+}
+
+// cgroupMounts lists the cgroup mounts in /proc/self/mountinfo, whose
+// lines read: id parent dev root mountpoint opts... - fstype source superopts.
+func cgroupMounts() []cgroupMount {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return CgroupNone
+		return nil
 	}
 	defer f.Close()
-	var v1, v2, v2root bool
+	var out []cgroupMount
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		// fields: ... mountpoint ... - fstype source opts
 		fields := strings.Fields(sc.Text())
-		sep := -1
-		for i, fld := range fields {
-			if fld == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 0 || sep+1 >= len(fields) || len(fields) < 5 {
+		sep := slices.Index(fields, "-")
+		if sep < 5 || sep+3 >= len(fields) {
 			continue
 		}
 		switch fields[sep+1] {
-		case "cgroup":
+		case "cgroup", "cgroup2":
+			out = append(out, cgroupMount{point: fields[4], v2: fields[sep+1] == "cgroup2", opts: fields[sep+3]})
+		}
+	}
+	return out
+}
+
+// DetectCgroups tells how the host mounts cgroups.
+func DetectCgroups() CgroupMode {
+	var v1, v2, v2root bool
+	for _, m := range cgroupMounts() {
+		switch {
+		case !m.v2:
 			v1 = true
-		case "cgroup2":
+		case m.point == "/sys/fs/cgroup":
+			v2, v2root = true, true
+		default:
 			v2 = true
-			if fields[4] == "/sys/fs/cgroup" {
-				v2root = true
-			}
 		}
 	}
 	switch {
