@@ -114,9 +114,17 @@ func (p *pool) claim() *warm {
 	p.mu.Lock()
 	p.lastUse = time.Now()
 	var w *warm
-	if n := len(p.ready); n > 0 {
+	for len(p.ready) > 0 && w == nil {
+		n := len(p.ready)
 		w = p.ready[n-1]
 		p.ready = p.ready[:n-1]
+		if !w.alive() {
+			// Its waiter died (killed from outside, containerd restarted):
+			// never hand it out.
+			p.r.log.Warn("warm pool: discarding a sandbox that exited while waiting", "id", w.sb.id)
+			p.r.background(func(w *warm) func() { return func() { p.discard(w) } }(w))
+			w = nil
+		}
 	}
 	p.mu.Unlock()
 	p.refill()
@@ -127,6 +135,17 @@ func (p *pool) claim() *warm {
 		p.claimed.Add(1)
 	}
 	return w
+}
+
+// alive reports whether the waiter is still waiting. A dead one's exit
+// status is consumed, which is fine: it is only ever discarded.
+func (w *warm) alive() bool {
+	select {
+	case <-w.sb.exitC:
+		return false
+	default:
+		return true
+	}
 }
 
 // refill starts sandboxes until ready+filling reaches the pool size.

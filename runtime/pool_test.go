@@ -1,10 +1,16 @@
 package runtime_test
 
 import (
+	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/namespaces"
+
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 	"github.com/sandpit-dev/sandpit/runtime"
 )
 
@@ -133,4 +139,40 @@ func TestPoolIdleExpiry(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Errorf("idle sandbox not expired (or the pool refilled without demand): %+v", r.PoolStats()["python"])
+}
+
+// TestPoolDiscardsDeadSandbox: a pooled sandbox killed from outside while
+// it waits is never handed to a request.
+func TestPoolDiscardsDeadSandbox(t *testing.T) {
+	r := newRuntime(t, withPool(1, time.Minute))
+	waitReady(t, r, "python", 1)
+	c, err := containerd.New(testenv.Containerd(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := namespaces.WithNamespace(t.Context(), testenv.Namespace)
+	ctrs, err := c.Containers(ctx, fmt.Sprintf("labels.%q==%q", runtime.LabelInstance, r.Config().Instance))
+	if err != nil || len(ctrs) != 1 {
+		t.Fatalf("want the one pooled sandbox, got %d (%v)", len(ctrs), err)
+	}
+	task, err := ctrs[0].Task(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exited, err := task.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := task.Kill(ctx, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	res := run(t, r, runtime.Request{Language: "python", Code: "print('fine')"})
+	if res.Status != runtime.StatusSuccess || res.Stdout != "fine\n" {
+		t.Errorf("run after the pooled sandbox died: %s %q %q", res.Status, res.Stdout, res.Stderr)
+	}
+	if st := r.PoolStats()["python"]; st.Discarded < 1 {
+		t.Errorf("dead sandbox not discarded: %+v", st)
+	}
 }
