@@ -109,7 +109,9 @@ func (r *Runtime) startPools() {
 }
 
 // claim returns a ready sandbox, or nil when none is ready (the caller then
-// runs cold). It always triggers a refill.
+// runs cold). The caller calls refill once its run is over: starting a
+// sandbox costs a few hundred milliseconds of CPU, which on a small host
+// would otherwise be taken from the very run that claimed one.
 func (p *pool) claim() *warm {
 	p.mu.Lock()
 	p.lastUse = time.Now()
@@ -127,7 +129,6 @@ func (p *pool) claim() *warm {
 		}
 	}
 	p.mu.Unlock()
-	p.refill()
 	if w != nil && !w.used.CompareAndSwap(false, true) {
 		panic("warm pool: sandbox claimed twice") // a bug, never a runtime condition
 	}
@@ -295,7 +296,7 @@ func (r *Runtime) newWarm(ctx context.Context, image string) (_ *warm, retErr er
 		// it: a size-limited tmpfs, charged to the sandbox's memory.
 		oci.WithTmpfs(oci.BuildDir, r.cfg.Limits.TmpfsBytes, true),
 	}
-	sb, err := r.create(ctx, c, img, id, filepath.Join(dir, "fifo"), lateStdin(), r.cfg.OutputBytes+int64(len(compileFailed)), opts)
+	sb, err := r.create(ctx, c, img, id, filepath.Join(dir, "fifo"), lateStdin(), r.cfg.OutputBytes+int64(len(started)+len(compileFailed)), opts)
 	if err != nil {
 		return w, err
 	}
@@ -369,6 +370,11 @@ func (r *Runtime) runWarm(ctx context.Context, w *warm, lang *LanguageSpec, req 
 	if err != nil {
 		return out, err
 	}
+	if !out.stdout.stripPrefix(started) && out.status != StatusTimeout {
+		// The waiter never took the request (it died while waiting, or
+		// its task was gone): nothing of the program ran.
+		return nil, errWarmLost
+	}
 	if mode == "build" {
 		// The waiter reports the compiler's verdict in a line at the very
 		// start of stdout, before the program can write anything.
@@ -384,8 +390,13 @@ func (r *Runtime) runWarm(ctx context.Context, w *warm, lang *LanguageSpec, req 
 	return out, nil
 }
 
-// The waiter's compile verdicts (waiter.py writes the same bytes).
+// errWarmLost: a pooled sandbox could not take its request; run it cold.
+var errWarmLost = errors.New("pooled sandbox lost before it started the request")
+
+// The waiter's acknowledgement and compile verdicts (waiter.py writes the
+// same bytes at the very start of stdout, before the program can).
 var (
+	started       = []byte("\x00sandpit:started\n")
 	compileOK     = []byte("\x00sandpit:compiled\n")
 	compileFailed = []byte("\x00sandpit:compile-failed\n")
 )

@@ -142,7 +142,7 @@ func TestPoolIdleExpiry(t *testing.T) {
 }
 
 // TestPoolDiscardsDeadSandbox: a pooled sandbox killed from outside while
-// it waits is never handed to a request.
+// it waits never costs a request its run.
 func TestPoolDiscardsDeadSandbox(t *testing.T) {
 	r := newRuntime(t, withPool(1, time.Minute))
 	waitReady(t, r, "python", 1)
@@ -172,7 +172,11 @@ func TestPoolDiscardsDeadSandbox(t *testing.T) {
 	if res.Status != runtime.StatusSuccess || res.Stdout != "fine\n" {
 		t.Errorf("run after the pooled sandbox died: %s %q %q", res.Status, res.Stdout, res.Stderr)
 	}
-	if st := r.PoolStats()["python"]; st.Discarded < 1 {
-		t.Errorf("dead sandbox not discarded: %+v", st)
+	// Either the claim saw it dead (discarded) or the run saw no
+	// acknowledgement from its waiter and ran cold; the accounting holds
+	// once the pool is closed and settled.
+	r.Close()
+	if st := r.PoolStats()["python"]; st.Created != st.Claimed+st.Expired+st.Discarded {
+		t.Errorf("accounting: %+v", st)
 	}
 }

@@ -69,7 +69,11 @@ func (r *Runtime) Run(ctx context.Context, req Request) (*Result, error) {
 	deadline := started.Add(timeout)
 
 	tOpen := time.Since(started)
+	if p := r.pooled[lang.Name]; p != nil {
+		defer p.refill()
+	}
 	var out *stepOutput
+	ran := false
 	if w := r.claimWarm(lang); w != nil {
 		out, err = r.runWarm(ctx, w, lang, req, view, deadline)
 		r.log.Debug("warm run", "id", id, "view_open", tOpen, "run", time.Since(started)-tOpen)
@@ -79,7 +83,12 @@ func (r *Runtime) Run(ctx context.Context, req Request) (*Result, error) {
 			}
 		}
 		r.background(func() { r.destroyWarm(w) })
-	} else {
+		ran = !errors.Is(err, errWarmLost)
+		if !ran {
+			r.log.Warn("warm pool: a claimed sandbox never started the request; running it cold", "id", id)
+		}
+	}
+	if !ran {
 		out, err = r.runCold(ctx, client, img, id, lang, req, view, deadline)
 	}
 	if view != nil {

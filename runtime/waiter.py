@@ -20,6 +20,9 @@ def _sandpit_header():
     return [b"" if f == "-" else bytes.fromhex(f) for f in b.decode("ascii").split(" ")]
 _sandpit_f = _sandpit_header()
 os.chdir(_sandpit_f[1])
+# Acknowledge the request before anything of it runs: a server that does not
+# see this line knows nothing ran and may run the request elsewhere.
+os.write(1, b"\x00sandpit:started\n")
 if _sandpit_f[0] == b"build":
     # Compile (argv up to "--"), then run (argv after it). The verdict goes
     # to stdout first, as one line the server strips; compiler messages are
