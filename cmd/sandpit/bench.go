@@ -45,7 +45,7 @@ Needs root and containerd; cleans up everything it created. Example:
 		Flags: append(containerdFlags(),
 			&cli.IntFlag{Name: "n", Value: 30, Usage: "measured rounds (each runs every comparator once)"},
 			&cli.IntFlag{Name: "warmup", Value: 3, Usage: "unmeasured rounds first"},
-			&cli.DurationFlag{Name: "gap", Value: 250 * time.Millisecond, Usage: "untimed pause before each latency run, as between an agent's calls (background cleanup and pool refills happen in it); 0: back to back"},
+			&cli.DurationFlag{Name: "gap", Value: 500 * time.Millisecond, Usage: "untimed pause before each latency run, as between an agent's calls (background cleanup and pool refills happen in it); 0: back to back"},
 			&cli.StringFlag{Name: "concurrency", Value: "1,8", Usage: "1 measures latency; each N>1 measures throughput with N concurrent clients"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 			&cli.StringSliceFlag{Name: "only", Usage: "comparators to run, e.g. host-python,runc-run,sandpit-cold"},
