@@ -106,6 +106,9 @@ func TestRunPrograms(t *testing.T) {
 		{name: "python exit 3", req: runtime.Request{Language: "python", Code: "import sys; sys.exit(3)"}, status: runtime.StatusError, exit: 3},
 		{name: "python exception", req: runtime.Request{Language: "Python", Code: "def f():\n    raise ValueError('boom')\nf()\n"}, status: runtime.StatusError, exit: 1, stderrHas: "ValueError: boom"},
 		{name: "python stdin", req: runtime.Request{Language: "python", Code: "import sys; print(sys.stdin.read().upper(), end='')", Stdin: []byte("hello\n")}, status: runtime.StatusSuccess, stdout: "HELLO\n"},
+		// The program exits without reading its (large) stdin: its exit
+		// status must still be the one reported.
+		{name: "exit without reading stdin", req: runtime.Request{Language: "python", Code: "import sys; sys.exit(3)", Stdin: []byte(strings.Repeat("x", 1<<20))}, status: runtime.StatusError, exit: 3},
 		{name: "python args", req: runtime.Request{Language: "python", Code: "import sys; print(sys.argv[1:], __name__)", Args: []string{"a", "b c"}}, status: runtime.StatusSuccess, stdout: "['a', 'b c'] __main__\n"},
 		{name: "python json module", req: runtime.Request{Language: "python", Code: "import json, ctypes; print(json.dumps({'a': 1}))"}, status: runtime.StatusSuccess, stdout: "{\"a\": 1}\n"},
 		{name: "c hello", req: runtime.Request{Language: "c", Code: "#include <stdio.h>\nint main(void){puts(\"hello c\");return 0;}\n"}, status: runtime.StatusSuccess, stdout: "hello c\n"},

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -25,9 +26,14 @@ type sandbox struct {
 	container containerd.Container
 	task      containerd.Task
 	exitC     <-chan containerd.ExitStatus
-	stdin     *stdinFeed
-	stdout    *cappedBuffer
-	stderr    *cappedBuffer
+	// done closes once the exit status was received (by await) or the
+	// sandbox destroyed. exitC delivers its status once and is then
+	// closed, so nothing but await may receive from it.
+	done     chan struct{}
+	doneOnce sync.Once
+	stdin    *stdinFeed
+	stdout   *cappedBuffer
+	stderr   *cappedBuffer
 }
 
 // create makes the container and its task, wired to fresh capped output
@@ -54,14 +60,30 @@ func (r *Runtime) create(ctx context.Context, c *containerd.Client, img containe
 		r.removeSnapshot(cleanupCtx, c, cid)
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
-	sb := &sandbox{id: cid, container: container, stdin: stdin,
+	sb := &sandbox{id: cid, container: container, stdin: stdin, done: make(chan struct{}),
 		stdout: newCappedBuffer(stdoutCap), stderr: newCappedBuffer(r.cfg.OutputBytes)}
 	defer func() {
 		if retErr != nil {
 			r.destroy(cleanupCtx, sb)
 		}
 	}()
-	creator := cio.NewCreator(cio.WithStreams(stdin, sb.stdout, sb.stderr), cio.WithFIFODir(fifoDir))
+	inner := cio.NewCreator(cio.WithStreams(stdin, sb.stdout, sb.stderr), cio.WithFIFODir(fifoDir))
+	creator := func(id string) (cio.IO, error) {
+		set, err := inner(id)
+		if err != nil {
+			return nil, err
+		}
+		// Hold a writer on the stdin FIFO from before the shim opens its
+		// reader: otherwise the shim's first read can come before any writer
+		// has finished opening, read EOF, and close the program's stdin with
+		// our data never delivered. O_RDWR opens a FIFO without blocking.
+		if p := set.Config().Stdin; p != "" {
+			if f, err := os.OpenFile(p, os.O_RDWR, 0); err == nil {
+				stdin.hold(f)
+			}
+		}
+		return set, nil
+	}
 	sb.task, err = container.NewTask(ctx, creator)
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox task: %w", err)
@@ -84,14 +106,18 @@ func (r *Runtime) start(ctx context.Context, sb *sandbox) error {
 	go func() {
 		select {
 		case <-sb.stdin.drained:
+			sb.stdin.release()
 			if err := sb.task.CloseIO(cleanupCtx, containerd.WithStdinCloser); err != nil && !errdefs.IsNotFound(err) {
 				r.log.Debug("close sandbox stdin", "id", sb.id, "err", err)
 			}
-		case <-sb.exitC:
+		case <-sb.done:
 		}
 	}()
 	return nil
 }
+
+// finish marks the sandbox's exit as received.
+func (sb *sandbox) finish() { sb.doneOnce.Do(func() { close(sb.done) }) }
 
 // killGrace bounds how long we wait for a killed task to be reaped.
 const killGrace = 5 * time.Second
@@ -125,6 +151,7 @@ func (r *Runtime) await(ctx context.Context, sb *sandbox, deadline time.Time) (*
 			return nil, fmt.Errorf("sandbox %s did not exit %s after SIGKILL", sb.id, killGrace)
 		}
 	}
+	sb.finish()
 	if err := st.Error(); err != nil {
 		return nil, fmt.Errorf("wait sandbox task: %w", err)
 	}
@@ -161,6 +188,7 @@ func (r *Runtime) await(ctx context.Context, sb *sandbox, deadline time.Time) (*
 // snapshot. It is idempotent and logs rather than fails: the janitor removes
 // whatever it could not.
 func (r *Runtime) destroy(ctx context.Context, sb *sandbox) {
+	sb.finish()
 	sb.stdin.abort()
 	if sb.task != nil {
 		if _, err := sb.task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
@@ -190,6 +218,7 @@ type stdinFeed struct {
 	pw      *io.PipeWriter
 	drained chan struct{}
 	once    sync.Once
+	held    *os.File // see hold
 }
 
 // fixedStdin feeds b, then EOF.
@@ -228,5 +257,24 @@ func (f *stdinFeed) send(parts ...[]byte) {
 func (f *stdinFeed) abort() {
 	if f.pw != nil {
 		f.pw.Close()
+	}
+	f.release()
+}
+
+// hold keeps an extra writer open on the stdin FIFO until release.
+func (f *stdinFeed) hold(w *os.File) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.held = w
+}
+
+// release closes the held writer, once everything was written: the program
+// can then see EOF.
+func (f *stdinFeed) release() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.held != nil {
+		f.held.Close()
+		f.held = nil
 	}
 }
