@@ -57,11 +57,6 @@ func serveCommand() *cli.Command {
 				return err
 			}
 			defer closeWS()
-			if ws, ok := cfg.Files.(interface {
-				Resolve(string) (string, error)
-			}); ok {
-				cfg.WorkspacePath = ws.Resolve
-			}
 			if err := dataConfig(c, &cfg); err != nil {
 				return err
 			}
