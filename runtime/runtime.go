@@ -237,7 +237,7 @@ func (r *Runtime) image(ctx context.Context, c *containerd.Client, ref string) (
 	}
 	img, err := c.GetImage(ctx, ref)
 	if err != nil {
-		return nil, fmt.Errorf("image %s: %w (hint: run `sandpit images build`)", ref, errors.Join(ErrImageMissing, err))
+		return nil, fmt.Errorf("image %s: %w (hint: run `sandpit images build`; `sandpit serve` builds it by itself on first use, which takes a few minutes)", ref, errors.Join(ErrImageMissing, err))
 	}
 	unpacked, err := img.IsUnpacked(ctx, r.cfg.Snapshotter)
 	if err != nil || !unpacked {
