@@ -66,7 +66,7 @@ func serveCommand() *cli.Command {
 			}
 			defer closeHistory()
 			cfg.Status = func(ctx context.Context) mcp.StatusReport {
-				return statusReport(ctx, rt)
+				return statusReport(ctx, rt, c.Duration("timeout"))
 			}
 			s := mcp.NewServer(cfg)
 			slog.Info("sandpit serving MCP on stdio", "version", version)
@@ -93,9 +93,9 @@ func ensureImages(c *cli.Context) {
 }
 
 // statusReport is what only the runtime knows, for sandbox://status.
-func statusReport(ctx context.Context, rt *runtime.Runtime) mcp.StatusReport {
+func statusReport(ctx context.Context, rt *runtime.Runtime, timeout time.Duration) mcp.StatusReport {
 	h := rt.Health(ctx)
-	l := rt.Limits(0)
+	l := rt.Limits(timeout) // a run without timeout_seconds gets these
 	return mcp.StatusReport{
 		ContainerdAddress: h.ContainerdAddress,
 		ContainerdVersion: h.ContainerdVersion,
