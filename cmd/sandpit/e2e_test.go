@@ -249,3 +249,32 @@ func TestMCPMissingContainerd(t *testing.T) {
 		t.Errorf("want a tool error naming %s, got isError=%v %q", sock, res.IsError, text(res))
 	}
 }
+
+// sandbox://status over stdio reports what the wiring in serve put there:
+// the limits in force (with the default timeout), the runtime, containerd.
+func TestMCPStatusResource(t *testing.T) {
+	c := startServer(t, nil, append(serverArgs(t), "--timeout", "7s", "--pids", "99")...)
+	var req mcpgo.ReadResourceRequest
+	req.Params.URI = "sandbox://status"
+	res, err := c.ReadResource(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Contents) == 0 {
+		t.Fatal("empty sandbox://status")
+	}
+	tc, ok := res.Contents[0].(mcpgo.TextResourceContents)
+	if !ok {
+		t.Fatalf("contents %T", res.Contents[0])
+	}
+	var st mcp.StatusReport
+	if err := json.Unmarshal([]byte(tc.Text), &st); err != nil {
+		t.Fatalf("%v: %s", err, tc.Text)
+	}
+	if st.Limits == nil || st.Limits.PidsMax != 99 || st.Limits.TimeoutSeconds != 7 {
+		t.Errorf("limits %+v: want pids 99 and timeout 7 s from the flags", st.Limits)
+	}
+	if st.Network != "none" || st.Runtime != "runc" || !st.UserNamespace || st.ContainerdVersion == "" {
+		t.Errorf("status %+v", st)
+	}
+}
