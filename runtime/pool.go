@@ -80,7 +80,7 @@ type warm struct {
 
 func (r *Runtime) startPools() {
 	pc := r.cfg.Pool
-	if pc.Size <= 0 {
+	if pc.Size <= 0 || r.cfg.NoInit {
 		return
 	}
 	allowed := map[string]bool{}
@@ -174,6 +174,13 @@ func (p *pool) fillOne() {
 	w, err := p.r.newWarm(context.Background(), p.image)
 	p.mu.Lock()
 	p.filling--
+	if errors.Is(err, errNoInit) {
+		// For good: the image cannot run the waiter. Requests run cold.
+		p.closed = true
+		p.mu.Unlock()
+		p.r.log.Info("warm pool off: the image has no python3 for sandpit's init (runs start cold)", "image", p.image)
+		return
+	}
 	if err != nil {
 		p.failures++
 		p.mu.Unlock()
@@ -265,6 +272,9 @@ func (r *Runtime) newWarm(ctx context.Context, image string) (_ *warm, retErr er
 	if err != nil {
 		return nil, err
 	}
+	if !r.hasInit(image) {
+		return nil, errNoInit
+	}
 	id := "warm-" + newRunID()
 	dir := filepath.Join(r.cfg.StateDir, "runs", id)
 	w := &warm{dir: dir, created: time.Now()}
@@ -288,15 +298,7 @@ func (r *Runtime) newWarm(ctx context.Context, image string) (_ *warm, retErr er
 	if err := unix.Mount("", ws, "", unix.MS_SHARED, ""); err != nil {
 		return w, fmt.Errorf("make %s shared: %w", ws, err)
 	}
-	opts := []coci.SpecOpts{
-		oci.WithProcess("/tmp", "python3", "-c", waiterPy),
-		oci.WithBind(filepath.Join(dir, "src"), oci.SourceDir, false, false),
-		withSlaveBind(ws, oci.WorkspaceDir),
-		// The compiler writes the program here and the same sandbox runs
-		// it: a size-limited tmpfs, charged to the sandbox's memory.
-		oci.WithTmpfs(oci.BuildDir, r.cfg.Limits.TmpfsBytes, true),
-	}
-	sb, err := r.create(ctx, c, img, id, filepath.Join(dir, "fifo"), lateStdin(), r.cfg.OutputBytes+int64(len(started)+len(compileFailed)), opts)
+	sb, err := r.create(ctx, c, img, id, filepath.Join(dir, "fifo"), lateStdin(), r.cfg.OutputBytes+markerBytes, r.initOpts(dir, withSlaveBind(ws, oci.WorkspaceDir)))
 	if err != nil {
 		return w, err
 	}
@@ -355,8 +357,41 @@ func (r *Runtime) runWarm(ctx context.Context, w *warm, lang *LanguageSpec, req 
 		}
 		cwd = oci.WorkspaceDir
 	}
+	mode, header := initRequest(lang, req, cwd)
+	w.sb.stdin.send(header, req.Stdin)
+	out, err := r.await(ctx, w.sb, deadline)
+	if err != nil {
+		return out, err
+	}
+	if !r.finishInit(out, mode) {
+		// The waiter never took the request (it died while waiting, or
+		// its task was gone): nothing of the program ran.
+		return nil, errWarmLost
+	}
+	return out, nil
+}
+
+// initOpts are the spec options of a sandbox whose program runs under
+// waiter.py: the init itself, the source dir, the build dir and the
+// workspace bind (nil: none).
+func (r *Runtime) initOpts(dir string, workspace coci.SpecOpts) []coci.SpecOpts {
+	opts := []coci.SpecOpts{
+		oci.WithProcess("/tmp", "python3", "-c", waiterPy),
+		oci.WithBind(filepath.Join(dir, "src"), oci.SourceDir, false, false),
+		// The compiler writes the program here and the same sandbox runs
+		// it: a size-limited tmpfs, charged to the sandbox's memory.
+		oci.WithTmpfs(oci.BuildDir, r.cfg.Limits.TmpfsBytes, true),
+	}
+	if workspace != nil {
+		opts = append(opts, workspace)
+	}
+	return opts
+}
+
+// initRequest is the mode and header line that make waiter.py run req.
+func initRequest(lang *LanguageSpec, req Request, cwd string) (mode string, header []byte) {
 	argv := append(lang.argv(lang.Run, req.Path), req.Args...)
-	mode := "exec"
+	mode = "exec"
 	switch {
 	case len(lang.Compile) > 0:
 		mode = "build"
@@ -365,15 +400,15 @@ func (r *Runtime) runWarm(ctx context.Context, w *warm, lang *LanguageSpec, req 
 		mode = "python" // run in the waiting interpreter: no second start-up
 		argv = argv[1:] // drop "python3"
 	}
-	w.sb.stdin.send(waiterHeader(mode, cwd, argv), req.Stdin)
-	out, err := r.await(ctx, w.sb, deadline)
-	if err != nil {
-		return out, err
-	}
+	return mode, waiterHeader(mode, cwd, argv)
+}
+
+// finishInit strips waiter.py's lines from the output and turns a failed
+// compile into StatusCompileError. It reports false when the waiter never
+// acknowledged the request, so nothing of it ran.
+func (r *Runtime) finishInit(out *stepOutput, mode string) bool {
 	if !out.stdout.stripPrefix(started) && out.status != StatusTimeout {
-		// The waiter never took the request (it died while waiting, or
-		// its task was gone): nothing of the program ran.
-		return nil, errWarmLost
+		return false
 	}
 	if mode == "build" {
 		// The waiter reports the compiler's verdict in a line at the very
@@ -387,8 +422,11 @@ func (r *Runtime) runWarm(ctx context.Context, w *warm, lang *LanguageSpec, req 
 		}
 	}
 	out.stdout.clamp(r.cfg.OutputBytes)
-	return out, nil
+	return true
 }
+
+// errNoInit: the image cannot run waiter.py (see Runtime.hasInit).
+var errNoInit = errors.New("image has no python3 for sandpit's init")
 
 // errWarmLost: a pooled sandbox could not take its request; run it cold.
 var errWarmLost = errors.New("pooled sandbox lost before it started the request")
@@ -400,6 +438,10 @@ var (
 	compileOK     = []byte("\x00sandpit:compiled\n")
 	compileFailed = []byte("\x00sandpit:compile-failed\n")
 )
+
+// markerBytes is how much the waiter's lines add to stdout at most: the
+// capture is that much larger so the program still gets its full cap.
+var markerBytes = int64(len(started) + len(compileFailed))
 
 // waiterHeader is the one line waiter.py reads before it becomes the
 // program: hex-encoded fields separated by spaces, so any byte can pass.

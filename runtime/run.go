@@ -143,7 +143,44 @@ func (r *Runtime) runCold(ctx context.Context, client *containerd.Client, img co
 	if err != nil {
 		return nil, err
 	}
+	if r.hasInit(lang.Image) {
+		return r.initRun(ctx, client, img, id, dir, lang, req, view, deadline, &made)
+	}
 	return r.steps(ctx, client, img, id, dir, lang, req, view, deadline, &made)
+}
+
+// initRun runs req in one sandbox under sandpit's init, the way a pooled
+// sandbox does (compiling, for C and C++, in the same sandbox), except that
+// the sandbox is created for it and gets the request with its stdin.
+func (r *Runtime) initRun(ctx context.Context, c *containerd.Client, img containerd.Image, id, dir string, lang *LanguageSpec, req Request, view View, deadline time.Time, made *[]*sandbox) (*stepOutput, error) {
+	cwd := "/tmp"
+	var ws coci.SpecOpts
+	if view != nil {
+		cwd = oci.WorkspaceDir
+		ws = oci.WithBind(view.Dir(), oci.WorkspaceDir, true, true)
+	}
+	mode, header := initRequest(lang, req, cwd)
+	stdin := fixedStdin(append(header, req.Stdin...))
+	t0 := time.Now()
+	sb, err := r.create(ctx, c, img, id, filepath.Join(dir, "fifo"), stdin, r.cfg.OutputBytes+markerBytes, r.initOpts(dir, ws))
+	if err != nil {
+		return nil, err
+	}
+	*made = append(*made, sb)
+	tCreate := time.Since(t0)
+	if err := r.start(ctx, sb); err != nil {
+		return nil, err
+	}
+	out, err := r.await(ctx, sb, deadline)
+	r.log.Debug("sandbox run", "id", id, "create", tCreate, "total", time.Since(t0))
+	if err != nil {
+		return nil, err
+	}
+	if !r.finishInit(out, mode) {
+		stderr, _, _ := out.stderr.result()
+		return nil, fmt.Errorf("sandbox init (python3 in image %s) did not start (exit %d): %.500s", lang.Image, out.exitCode, stderr)
+	}
+	return out, nil
 }
 
 func (r *Runtime) setLive(id string, on bool) {
@@ -224,8 +261,8 @@ type stepOutput struct {
 	usage          Usage
 }
 
-// steps runs the compile step (when the language has one) and then the
-// program, each in its own sandbox, sharing the run directory. Every sandbox
+// steps runs, for an image without sandpit's init, the compile step (when
+// the language has one) and then the program, each in its own sandbox, sharing the run directory. Every sandbox
 // it creates is appended to *made for the caller to destroy.
 func (r *Runtime) steps(ctx context.Context, c *containerd.Client, img containerd.Image, id, dir string, lang *LanguageSpec, req Request, view View, deadline time.Time, made *[]*sandbox) (*stepOutput, error) {
 	cwd := "/tmp"

@@ -25,6 +25,7 @@ import (
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/runtime/v2/runc/options"
 
+	"github.com/sandpit-dev/sandpit/images"
 	"github.com/sandpit-dev/sandpit/oci"
 )
 
@@ -56,6 +57,11 @@ type Config struct {
 	OutputBytes int64 // cap per stream
 	// Pool keeps sandboxes started ahead of requests (see pool.go).
 	Pool PoolConfig
+	// NoInit runs each program as its sandbox's first process (PID 1)
+	// instead of under sandpit's init (waiter.py), and so without a pool.
+	// Images without python3 always run that way. For comparisons only: a
+	// program that is PID 1 loses signals it has no handler for.
+	NoInit bool
 	// Rootless says containerd runs rootless (rootlesskit). Where cgroup
 	// limits cannot be enforced then, every run is refused with
 	// ErrLimitsUnenforceable unless AllowUnenforcedLimits accepts rlimit
@@ -122,6 +128,7 @@ type Runtime struct {
 	client  *containerd.Client
 	swept   bool
 	images  map[string]containerd.Image
+	inits   map[string]bool // by image: whether it can run waiter.py
 	version string
 	live    map[string]bool // run ids in progress, which Sweep must not touch
 	bg      sync.WaitGroup  // cleanup running off the request path
@@ -140,7 +147,7 @@ func New(cfg Config) (*Runtime, error) {
 	if len(cfg.Languages) == 0 {
 		return nil, errors.New("no languages configured (use DefaultLanguages with the image ref)")
 	}
-	r := &Runtime{cfg: cfg, log: cfg.Logger, langs: map[string]*LanguageSpec{}, images: map[string]containerd.Image{}, live: map[string]bool{}, cgroups: newCgroupFS(), pools: map[string]*pool{}, pooled: map[string]*pool{}}
+	r := &Runtime{cfg: cfg, log: cfg.Logger, langs: map[string]*LanguageSpec{}, images: map[string]containerd.Image{}, inits: map[string]bool{}, live: map[string]bool{}, cgroups: newCgroupFS(), pools: map[string]*pool{}, pooled: map[string]*pool{}}
 	for i := range cfg.Languages {
 		l := &cfg.Languages[i]
 		r.langs[l.Name] = l
@@ -245,10 +252,28 @@ func (r *Runtime) image(ctx context.Context, c *containerd.Client, ref string) (
 			return nil, fmt.Errorf("image %s is not unpacked for %s: %w (hint: run `sandpit images build --force`)", ref, r.cfg.Snapshotter, errors.Join(ErrImageMissing, err))
 		}
 	}
+	// Images sandpit builds record their python version; one that does not
+	// may have no python3 to run the init with.
+	hasInit := false
+	if spec, err := img.Spec(ctx); err == nil {
+		_, hasInit = spec.Config.Labels[images.LabelVersionPrefix+"python"]
+	}
 	r.mu.Lock()
 	r.images[ref] = img
+	r.inits[ref] = hasInit
 	r.mu.Unlock()
 	return img, nil
+}
+
+// hasInit reports whether runs on image go through sandpit's init
+// (waiter.py); it is known once image was resolved.
+func (r *Runtime) hasInit(image string) bool {
+	if r.cfg.NoInit {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.inits[image]
 }
 
 // Lookup resolves a language name or alias, case-insensitively.

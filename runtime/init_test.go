@@ -1,0 +1,67 @@
+package runtime_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/runtime"
+)
+
+// TestProgramsRunUnderInit checks what running a program as PID 1 of its
+// namespace would get wrong: the kernel drops signals PID 1 has no handler
+// for, so a failed C assert() (abort, SIGABRT) would die of SIGSEGV and a
+// program could not terminate itself with SIGTERM. Cold and pooled runs
+// both go through sandpit's init and must behave like a program on a
+// normal host.
+func TestProgramsRunUnderInit(t *testing.T) {
+	runtimes := map[string]*runtime.Runtime{
+		"cold": newRuntime(t),
+		"warm": newRuntime(t, withPool(1, time.Minute)),
+	}
+	tests := []struct {
+		name   string
+		req    runtime.Request
+		status runtime.Status
+		exit   int
+		stdout string
+		stderr string // a substring
+	}{
+		{"c assert is SIGABRT", runtime.Request{Language: "c", Code: "#include <assert.h>\nint main(void) { assert(1 == 2); return 0; }\n"},
+			runtime.StatusError, 134, "", "Assertion `1 == 2' failed"},
+		{"cpp uncaught exception is SIGABRT", runtime.Request{Language: "cpp", Code: "#include <stdexcept>\nint main() { throw std::runtime_error(\"boom\"); }\n"},
+			runtime.StatusError, 134, "", "boom"},
+		{"python SIGTERM to itself", runtime.Request{Language: "python", Code: "import os, signal\nprint('before', flush=True)\nos.kill(os.getpid(), signal.SIGTERM)\nprint('still alive')"},
+			runtime.StatusError, 143, "before\n", ""},
+		{"bash kill -TERM $$", runtime.Request{Language: "bash", Code: "echo before; kill -TERM $$; echo still alive"},
+			runtime.StatusError, 143, "before\n", ""},
+		{"not PID 1, parent is init", runtime.Request{Language: "python", Code: "import os; print(os.getpid() != 1, os.getppid())"},
+			runtime.StatusSuccess, 0, "True 1\n", ""},
+		{"exit code passes through", runtime.Request{Language: "c", Code: "int main(void) { return 42; }"},
+			runtime.StatusError, 42, "", ""},
+	}
+	for name, r := range runtimes {
+		t.Run(name, func(t *testing.T) {
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					if name == "warm" {
+						waitReady(t, r, tt.req.Language, 1)
+					}
+					res := run(t, r, tt.req)
+					if res.Status != tt.status || res.ExitCode != tt.exit {
+						t.Errorf("status/exit = %s/%d, want %s/%d (stderr %q)", res.Status, res.ExitCode, tt.status, tt.exit, res.Stderr)
+					}
+					if res.Stdout != tt.stdout {
+						t.Errorf("stdout = %q, want %q", res.Stdout, tt.stdout)
+					}
+					if !strings.Contains(res.Stderr, tt.stderr) {
+						t.Errorf("stderr = %q, want it to contain %q", res.Stderr, tt.stderr)
+					}
+				})
+			}
+		})
+	}
+	if st := runtimes["warm"].PoolStats()["python"]; st.Claimed == 0 {
+		t.Errorf("no warm run was served from the pool: %+v", st)
+	}
+}
