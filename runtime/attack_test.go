@@ -385,7 +385,10 @@ sc("process_vm_readv", 310, pid, ctypes.addressof(liov), 1, ctypes.addressof(rio
 os.kill(pid, signal.SIGKILL)`, []string{"blocked process_vm_readv"}},
 		{"host_processes_invisible", "bash", `pids=$(cd /proc && ls -d [0-9]* | tr '\n' ' ')
 n=$(echo $pids | wc -w)
-[ "$n" -le 4 ] && echo "blocked only $n pids: $pids" || echo "UNSAFE $n pids visible: $pids"
+foreign=""
+for p in $pids; do u=$(awk '/^Uid:/{print $2}' /proc/$p/status 2>/dev/null); [ -z "$u" ] || [ "$u" = "$(id -u)" ] || foreign="$foreign $p"; done
+# The init shell, the program and its command substitutions: a handful.
+[ "$n" -le 8 ] && [ -z "$foreign" ] && echo "blocked only $n pids, all the sandbox's: $pids" || echo "UNSAFE $n pids visible: $pids (not the sandbox's:$foreign)"
 [ "$(awk '/^Uid:/{print $2}' /proc/1/status)" = "$(id -u)" ] && echo "pid 1 is the sandbox's" || echo "UNSAFE pid 1 is $(cat /proc/1/comm)"`, []string{"blocked only", "pid 1 is the sandbox's"}},
 		{"host_process_not_signalable", "bash", fmt.Sprintf(`if kill -0 %d 2>/dev/null; then echo "UNSAFE host pid %d signalable"; else echo "blocked kill"; fi
 if [ -e /proc/%d/cmdline ]; then echo "UNSAFE host pid visible"; else echo "blocked proc"; fi`, hostPid, hostPid, hostPid), []string{"blocked kill", "blocked proc"}},

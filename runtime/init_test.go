@@ -15,6 +15,29 @@ import (
 // both go through sandpit's init and must behave like a program on a
 // normal host.
 func TestProgramsRunUnderInit(t *testing.T) {
+	// Each child forks a grandchild and exits (and is reaped by the
+	// program): the grandchildren become orphans of PID 1, which must reap
+	// them when they exit.
+	const orphans = `import os, time
+for _ in range(5):
+    pid = os.fork()
+    if pid == 0:
+        if os.fork() == 0:
+            os._exit(0)
+        os._exit(0)
+    os.waitpid(pid, 0)
+for _ in range(50):
+    time.sleep(0.05)
+    z = 0
+    for p in os.listdir("/proc"):
+        try:
+            if p.isdigit() and open("/proc/%s/stat" % p).read().rsplit(")", 1)[1].split()[0] == "Z":
+                z += 1
+        except OSError:
+            pass
+    if z == 0:
+        break
+print("zombies", z)`
 	runtimes := map[string]*runtime.Runtime{
 		"cold": newRuntime(t),
 		"warm": newRuntime(t, withPool(1, time.Minute)),
@@ -39,6 +62,10 @@ func TestProgramsRunUnderInit(t *testing.T) {
 			runtime.StatusSuccess, 0, "True 1\n", ""},
 		{"exit code passes through", runtime.Request{Language: "c", Code: "int main(void) { return 42; }"},
 			runtime.StatusError, 42, "", ""},
+		{"SIGINT is KeyboardInterrupt", runtime.Request{Language: "python", Code: "import os, signal, time\ntry:\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(5)\nexcept KeyboardInterrupt:\n    print('interrupted')"},
+			runtime.StatusSuccess, 0, "interrupted\n", ""},
+		{"orphans are reaped", runtime.Request{Language: "python", Code: orphans},
+			runtime.StatusSuccess, 0, "zombies 0\n", ""},
 	}
 	for name, r := range runtimes {
 		t.Run(name, func(t *testing.T) {

@@ -371,12 +371,23 @@ func (r *Runtime) runWarm(ctx context.Context, w *warm, lang *LanguageSpec, req 
 	return out, nil
 }
 
+// initScript is the sandbox's first process: a shell that runs waiter.py,
+// which becomes the program, and stays PID 1 until it exits. A program
+// must not be PID 1 of its pid namespace: the kernel drops the signals PID 1
+// has no handler for, so a failed C assert() (abort) would end as SIGSEGV
+// instead of SIGABRT and kill -TERM $$ would do nothing. The shell reaps
+// orphans while it waits, and exits with the program's status (128 + the
+// signal that killed it). The command after the program stops the shell
+// from exec'ing it in its own place; as a foreground command the program
+// keeps its stdin and default signal dispositions.
+const initScript = `python3 -c "$0"; exit $?`
+
 // initOpts are the spec options of a sandbox whose program runs under
 // waiter.py: the init itself, the source dir, the build dir and the
 // workspace bind (nil: none).
 func (r *Runtime) initOpts(dir string, workspace coci.SpecOpts) []coci.SpecOpts {
 	opts := []coci.SpecOpts{
-		oci.WithProcess("/tmp", "python3", "-c", waiterPy),
+		oci.WithProcess("/tmp", "/bin/sh", "-c", initScript, waiterPy),
 		oci.WithBind(filepath.Join(dir, "src"), oci.SourceDir, false, false),
 		// The compiler writes the program here and the same sandbox runs
 		// it: a size-limited tmpfs, charged to the sandbox's memory.

@@ -58,7 +58,7 @@ type Config struct {
 	// Pool keeps sandboxes started ahead of requests (see pool.go).
 	Pool PoolConfig
 	// NoInit runs each program as its sandbox's first process (PID 1)
-	// instead of under sandpit's init (waiter.py), and so without a pool.
+	// instead of under a shell that runs waiter.py, and so without a pool.
 	// Images without python3 always run that way. For comparisons only: a
 	// program that is PID 1 loses signals it has no handler for.
 	NoInit bool

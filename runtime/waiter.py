@@ -1,22 +1,15 @@
-# sandpit's sandbox init. Every run whose image has python3 starts it as the
-# sandbox's first process (a pooled sandbox ahead of its request, a cold one
-# with its request). It blocks on stdin for one header line, acknowledges
-# it, and forks: the child becomes the program, and this process stays PID 1.
-# A program must not be PID 1 of its namespace: the kernel drops signals PID
-# 1 has no handler for, so abort() -- a failed C assert() -- would end in
-# SIGSEGV instead of SIGABRT and kill(getpid(), SIGTERM) would do nothing.
-# PID 1 forwards signals, reaps orphans and exits with the program's status
-# (128 + the signal if it was killed, as the runtime reports for a process).
-# The child, by mode:
+# sandpit's sandbox init. Every run whose image has python3 runs it, under
+# a /bin/sh that stays PID 1 (see initOpts): a pooled sandbox ahead of its
+# request, a cold one with its request. It blocks on stdin for one header
+# line, acknowledges it, then becomes the program:
 #   "exec":   os.execvp(argv) -- any language;
 #   "build":  compiles (argv up to "--"), then execs the result;
 #   "python": runs argv[0] as __main__ in this already-started interpreter,
 #             the way `python3 argv[0] argv[1:]` would, minus start-up time.
 # Header: hex-encoded fields separated by spaces: mode cwd argv...
 # It reads the header with os.read, byte by byte, so not one byte of the
-# program's own stdin is consumed, and imports nothing before the fork: no
-# module that a plain `python3 main.py` would not have loaded is in
-# sys.modules.
+# program's own stdin is consumed, and imports nothing: no module that a
+# plain `python3 main.py` would not have loaded is in sys.modules.
 import os, sys
 def _sandpit_header():
     b = bytearray()
@@ -33,24 +26,6 @@ os.chdir(_sandpit_f[1])
 # Acknowledge the request before anything of it runs: a server that does not
 # see this line knows nothing ran and may run the request elsewhere.
 os.write(1, b"\x00sandpit:started\n")
-_sandpit_child = os.fork()
-if _sandpit_child:
-    for _sandpit_fd in (0, 1, 2):
-        os.close(_sandpit_fd)  # output ends when the program's does
-    import signal
-    def _sandpit_forward(sig, _frame):
-        try:
-            os.kill(_sandpit_child, sig)
-        except OSError:
-            pass
-    for _sandpit_sig in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH):
-        signal.signal(_sandpit_sig, _sandpit_forward)
-    while True:
-        _sandpit_pid, _sandpit_st = os.wait()
-        if _sandpit_pid == _sandpit_child:
-            _sandpit_st = os.waitstatus_to_exitcode(_sandpit_st)
-            os._exit(_sandpit_st if _sandpit_st >= 0 else 128 - _sandpit_st)
-del _sandpit_child
 if _sandpit_f[0] == b"build":
     # Compile (argv up to "--"), then run (argv after it). The verdict goes
     # to stdout first, as one line the server strips; compiler messages are
@@ -58,16 +33,16 @@ if _sandpit_f[0] == b"build":
     _sandpit_i = _sandpit_f.index(b"--")
     _sandpit_cc, _sandpit_run = _sandpit_f[2:_sandpit_i], _sandpit_f[_sandpit_i + 1:]
     _sandpit_r, _sandpit_w = os.pipe()
-    _sandpit_pid = os.fork()
-    if _sandpit_pid == 0:
-        _sandpit_null = os.open("/dev/null", os.O_RDONLY)
-        os.dup2(_sandpit_null, 0)
-        os.dup2(_sandpit_w, 1)
-        os.dup2(_sandpit_w, 2)
-        try:
-            os.execvp(_sandpit_cc[0], [os.fsdecode(a) for a in _sandpit_cc])
-        finally:
-            os._exit(127)
+    # posix_spawn (vfork): fork would copy this interpreter's page tables.
+    _sandpit_null = os.open("/dev/null", os.O_RDONLY)
+    try:
+        _sandpit_pid = os.posix_spawnp(_sandpit_cc[0], [os.fsdecode(a) for a in _sandpit_cc], os.environ,
+            file_actions=[(os.POSIX_SPAWN_DUP2, _sandpit_null, 0), (os.POSIX_SPAWN_DUP2, _sandpit_w, 1), (os.POSIX_SPAWN_DUP2, _sandpit_w, 2)])
+    except OSError as e:
+        os.write(1, b"\x00sandpit:compile-failed\n")
+        os.write(2, ("%s: %s\n" % (os.fsdecode(_sandpit_cc[0]), e.strerror)).encode())
+        os._exit(127)
+    os.close(_sandpit_null)
     os.close(_sandpit_w)
     _sandpit_msgs = bytearray()
     while True:
