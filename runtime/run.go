@@ -262,8 +262,9 @@ type stepOutput struct {
 }
 
 // steps runs, for an image without sandpit's init, the compile step (when
-// the language has one) and then the program, each in its own sandbox, sharing the run directory. Every sandbox
-// it creates is appended to *made for the caller to destroy.
+// the language has one) and then the program, each in its own sandbox,
+// sharing the run directory. Every sandbox it creates is appended to *made
+// for the caller to destroy.
 func (r *Runtime) steps(ctx context.Context, c *containerd.Client, img containerd.Image, id, dir string, lang *LanguageSpec, req Request, view View, deadline time.Time, made *[]*sandbox) (*stepOutput, error) {
 	cwd := "/tmp"
 	binds := []coci.SpecOpts{oci.WithBind(filepath.Join(dir, "src"), oci.SourceDir, false, false)}

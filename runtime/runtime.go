@@ -254,10 +254,11 @@ func (r *Runtime) image(ctx context.Context, c *containerd.Client, ref string) (
 	}
 	// Images sandpit builds record their python version; one that does not
 	// may have no python3 to run the init with.
-	hasInit := false
-	if spec, err := img.Spec(ctx); err == nil {
-		_, hasInit = spec.Config.Labels[images.LabelVersionPrefix+"python"]
+	spec, err := img.Spec(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("image %s: read its config: %w (hint: run `sandpit images build --force`)", ref, errors.Join(ErrImageMissing, err))
 	}
+	_, hasInit := spec.Config.Labels[images.LabelVersionPrefix+"python"]
 	r.mu.Lock()
 	r.images[ref] = img
 	r.inits[ref] = hasInit
