@@ -82,7 +82,9 @@ func assertNothingLeft(t *testing.T, addr, instance string) {
 func run(t *testing.T, r *runtime.Runtime, req runtime.Request) *runtime.Result {
 	t.Helper()
 	if req.Timeout == 0 {
-		req.Timeout = 20 * time.Second
+		// Generous: it only bounds a broken run, and filling 512 MiB to an
+		// OOM kill takes seconds on a loaded CI host.
+		req.Timeout = time.Minute
 	}
 	res, err := r.Run(t.Context(), req)
 	if err != nil {

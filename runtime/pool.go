@@ -366,7 +366,8 @@ func (r *Runtime) runWarm(ctx context.Context, w *warm, lang *LanguageSpec, req 
 	if !r.finishInit(out, mode) {
 		// The waiter never took the request (it died while waiting, or
 		// its task was gone): nothing of the program ran.
-		return nil, errWarmLost
+		stderr, _, _ := out.stderr.result()
+		return nil, fmt.Errorf("%w (status %s, exit %d, stderr %.300q)", errWarmLost, out.status, out.exitCode, stderr)
 	}
 	return out, nil
 }

@@ -86,7 +86,7 @@ func TestPoolBehavesLikeCold(t *testing.T) {
 		status runtime.Status
 	}{
 		{"timeout", runtime.Request{Language: "python", Code: "while True: pass", Timeout: 2 * time.Second}, runtime.StatusTimeout},
-		{"oom", runtime.Request{Language: "python", Code: "x = []\nwhile True: x.append(bytearray(32 << 20))"}, runtime.StatusOOM},
+		{"oom", runtime.Request{Language: "python", Code: "x = []\nwhile True: x.append(bytearray(32 << 20))", Timeout: time.Minute}, runtime.StatusOOM},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			waitReady(t, warm, "python", 1)

@@ -85,7 +85,9 @@ func (r *Runtime) Run(ctx context.Context, req Request) (*Result, error) {
 		r.background(func() { r.destroyWarm(w) })
 		ran = !errors.Is(err, errWarmLost)
 		if !ran {
-			r.log.Warn("warm pool: a claimed sandbox never started the request; running it cold", "id", id)
+			r.log.Warn("warm pool: a claimed sandbox never started the request; running it cold", "id", id, "sandbox", w.sb.id, "err", err)
+			// Nothing of the request ran: its time starts now.
+			deadline = time.Now().Add(timeout)
 		}
 	}
 	if !ran {
