@@ -383,12 +383,21 @@ func (r *Runtime) runWarm(ctx context.Context, w *warm, lang *LanguageSpec, req 
 // keeps its stdin and default signal dispositions.
 const initScript = `python3 -c "$0"; exit $?`
 
+// execScript runs "$@" the same way, for a cold run that needs no waiter:
+// the shell is PID 1 and the program (e.g. python3 main.py itself) its child.
+const execScript = `"$@"; exit $?`
+
 // initOpts are the spec options of a sandbox whose program runs under
 // waiter.py: the init itself, the source dir, the build dir and the
 // workspace bind (nil: none).
 func (r *Runtime) initOpts(dir string, workspace coci.SpecOpts) []coci.SpecOpts {
+	return r.initOptsWith(dir, workspace, oci.WithProcess("/tmp", "/bin/sh", "-c", initScript, waiterPy))
+}
+
+// initOptsWith is initOpts with another first process.
+func (r *Runtime) initOptsWith(dir string, workspace, process coci.SpecOpts) []coci.SpecOpts {
 	opts := []coci.SpecOpts{
-		oci.WithProcess("/tmp", "/bin/sh", "-c", initScript, waiterPy),
+		process,
 		oci.WithBind(filepath.Join(dir, "src"), oci.SourceDir, false, false),
 		// The compiler writes the program here and the same sandbox runs
 		// it: a size-limited tmpfs, charged to the sandbox's memory.

@@ -151,9 +151,10 @@ func (r *Runtime) runCold(ctx context.Context, client *containerd.Client, img co
 	return r.steps(ctx, client, img, id, dir, lang, req, view, deadline, &made)
 }
 
-// initRun runs req in one sandbox under sandpit's init, the way a pooled
-// sandbox does (compiling, for C and C++, in the same sandbox), except that
-// the sandbox is created for it and gets the request with its stdin.
+// initRun runs req in one sandbox under a shell as PID 1. A program that
+// needs compiling goes through the waiter, as in a pooled sandbox (compile,
+// then run, in the same sandbox); any other is the shell's child directly —
+// `python3 main.py` itself, without the waiter's start-up.
 func (r *Runtime) initRun(ctx context.Context, c *containerd.Client, img containerd.Image, id, dir string, lang *LanguageSpec, req Request, view View, deadline time.Time, made *[]*sandbox) (*stepOutput, error) {
 	cwd := "/tmp"
 	var ws coci.SpecOpts
@@ -163,8 +164,15 @@ func (r *Runtime) initRun(ctx context.Context, c *containerd.Client, img contain
 	}
 	mode, header := initRequest(lang, req, cwd)
 	stdin := fixedStdin(append(header, req.Stdin...))
+	opts := r.initOpts(dir, ws)
+	direct := mode != "build"
+	if direct {
+		argv := append(lang.argv(lang.Run, req.Path), req.Args...)
+		stdin = fixedStdin(req.Stdin)
+		opts = r.initOptsWith(dir, ws, oci.WithProcess(cwd, append([]string{"/bin/sh", "-c", execScript, "sh"}, argv...)...))
+	}
 	t0 := time.Now()
-	sb, err := r.create(ctx, c, img, id, filepath.Join(dir, "fifo"), stdin, r.cfg.OutputBytes+markerBytes, r.initOpts(dir, ws))
+	sb, err := r.create(ctx, c, img, id, filepath.Join(dir, "fifo"), stdin, r.cfg.OutputBytes+markerBytes, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -177,6 +185,10 @@ func (r *Runtime) initRun(ctx context.Context, c *containerd.Client, img contain
 	r.log.Debug("sandbox run", "id", id, "create", tCreate, "total", time.Since(t0))
 	if err != nil {
 		return nil, err
+	}
+	if direct {
+		out.stdout.clamp(r.cfg.OutputBytes)
+		return out, nil
 	}
 	if !r.finishInit(out, mode) {
 		stderr, _, _ := out.stderr.result()
