@@ -70,3 +70,9 @@ func (l *LanguageSpec) argv(argv []string, rel string) []string {
 	}
 	return out
 }
+
+// runArgv is the program's command line for req: the run argv (with a
+// workspace path in place of the source) and the request's arguments.
+func (l *LanguageSpec) runArgv(req Request) []string {
+	return append(l.argv(l.Run, req.Path), req.Args...)
+}

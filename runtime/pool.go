@@ -298,7 +298,7 @@ func (r *Runtime) newWarm(ctx context.Context, image string) (_ *warm, retErr er
 	if err := unix.Mount("", ws, "", unix.MS_SHARED, ""); err != nil {
 		return w, fmt.Errorf("make %s shared: %w", ws, err)
 	}
-	sb, err := r.create(ctx, c, img, id, filepath.Join(dir, "fifo"), lateStdin(), r.cfg.OutputBytes+markerBytes, r.initOpts(dir, withSlaveBind(ws, oci.WorkspaceDir)))
+	sb, err := r.create(ctx, c, img, id, filepath.Join(dir, "fifo"), lateStdin(), r.cfg.OutputBytes+markerBytes, r.initOpts(dir, waiterProcess, withSlaveBind(ws, oci.WorkspaceDir)))
 	if err != nil {
 		return w, err
 	}
@@ -387,15 +387,14 @@ const initScript = `python3 -c "$0"; exit $?`
 // the shell is PID 1 and the program (e.g. python3 main.py itself) its child.
 const execScript = `"$@"; exit $?`
 
-// initOpts are the spec options of a sandbox whose program runs under
-// waiter.py: the init itself, the source dir, the build dir and the
-// workspace bind (nil: none).
-func (r *Runtime) initOpts(dir string, workspace coci.SpecOpts) []coci.SpecOpts {
-	return r.initOptsWith(dir, workspace, oci.WithProcess("/tmp", "/bin/sh", "-c", initScript, waiterPy))
-}
+// waiterProcess is the first process of a sandbox whose program runs
+// under waiter.py.
+var waiterProcess = oci.WithProcess("/tmp", "/bin/sh", "-c", initScript, waiterPy)
 
-// initOptsWith is initOpts with another first process.
-func (r *Runtime) initOptsWith(dir string, workspace, process coci.SpecOpts) []coci.SpecOpts {
+// initOpts are the spec options of a sandbox whose first process is a shell
+// (process): that process, the source dir, the build dir and the workspace
+// bind (nil: none).
+func (r *Runtime) initOpts(dir string, process, workspace coci.SpecOpts) []coci.SpecOpts {
 	opts := []coci.SpecOpts{
 		process,
 		oci.WithBind(filepath.Join(dir, "src"), oci.SourceDir, false, false),
@@ -411,7 +410,7 @@ func (r *Runtime) initOptsWith(dir string, workspace, process coci.SpecOpts) []c
 
 // initRequest is the mode and header line that make waiter.py run req.
 func initRequest(lang *LanguageSpec, req Request, cwd string) (mode string, header []byte) {
-	argv := append(lang.argv(lang.Run, req.Path), req.Args...)
+	argv := lang.runArgv(req)
 	mode = "exec"
 	switch {
 	case len(lang.Compile) > 0:

@@ -131,7 +131,8 @@ func (r *Runtime) claimWarm(lang *LanguageSpec) *warm {
 func (r *Runtime) runCold(ctx context.Context, client *containerd.Client, img containerd.Image, id string, lang *LanguageSpec, req Request, view View, deadline time.Time) (*stepOutput, error) {
 	r.setLive(id, true)
 	var made []*sandbox
-	dir, err := r.prepareRunDir(id, lang, req)
+	useInit := r.hasInit(lang.Image)
+	dir, err := r.prepareRunDir(id, lang, req, !useInit)
 	// Deleting sandboxes costs tens of milliseconds each: do it after the
 	// result is returned. The run dir (sources, FIFOs) goes last.
 	defer r.background(func() {
@@ -145,7 +146,7 @@ func (r *Runtime) runCold(ctx context.Context, client *containerd.Client, img co
 	if err != nil {
 		return nil, err
 	}
-	if r.hasInit(lang.Image) {
+	if useInit {
 		return r.initRun(ctx, client, img, id, dir, lang, req, view, deadline, &made)
 	}
 	return r.steps(ctx, client, img, id, dir, lang, req, view, deadline, &made)
@@ -162,17 +163,24 @@ func (r *Runtime) initRun(ctx context.Context, c *containerd.Client, img contain
 		cwd = oci.WorkspaceDir
 		ws = oci.WithBind(view.Dir(), oci.WorkspaceDir, true, true)
 	}
-	mode, header := initRequest(lang, req, cwd)
-	stdin := fixedStdin(append(header, req.Stdin...))
-	opts := r.initOpts(dir, ws)
-	direct := mode != "build"
+	direct := len(lang.Compile) == 0
+	var (
+		mode     string
+		stdin    *stdinFeed
+		opts     []coci.SpecOpts
+		capBytes = r.cfg.OutputBytes
+	)
 	if direct {
-		argv := append(lang.argv(lang.Run, req.Path), req.Args...)
-		stdin = fixedStdin(req.Stdin)
-		opts = r.initOptsWith(dir, ws, oci.WithProcess(cwd, append([]string{"/bin/sh", "-c", execScript, "sh"}, argv...)...))
+		process := oci.WithProcess(cwd, append([]string{"/bin/sh", "-c", execScript, "sh"}, lang.runArgv(req)...)...)
+		stdin, opts = fixedStdin(req.Stdin), r.initOpts(dir, process, ws)
+	} else {
+		var header []byte
+		mode, header = initRequest(lang, req, cwd)
+		stdin, opts = fixedStdin(append(header, req.Stdin...)), r.initOpts(dir, waiterProcess, ws)
+		capBytes += markerBytes
 	}
 	t0 := time.Now()
-	sb, err := r.create(ctx, c, img, id, filepath.Join(dir, "fifo"), stdin, r.cfg.OutputBytes+markerBytes, opts)
+	sb, err := r.create(ctx, c, img, id, filepath.Join(dir, "fifo"), stdin, capBytes, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +195,6 @@ func (r *Runtime) initRun(ctx context.Context, c *containerd.Client, img contain
 		return nil, err
 	}
 	if direct {
-		out.stdout.clamp(r.cfg.OutputBytes)
 		return out, nil
 	}
 	if !r.finishInit(out, mode) {
@@ -237,11 +244,16 @@ func (r *Runtime) Limits(timeout time.Duration) Limits {
 	}
 }
 
-// prepareRunDir writes the source into a per-run directory:
-// src/ (bound read-only at oci.SourceDir), out/ (oci.BuildDir) and fifo/.
-func (r *Runtime) prepareRunDir(id string, lang *LanguageSpec, req Request) (string, error) {
+// prepareRunDir writes the source into a per-run directory: src/ (bound
+// read-only at oci.SourceDir), fifo/ and, for steps in separate sandboxes,
+// out/ (oci.BuildDir; a sandbox under the init has a tmpfs there).
+func (r *Runtime) prepareRunDir(id string, lang *LanguageSpec, req Request, withOut bool) (string, error) {
 	dir := filepath.Join(r.cfg.StateDir, "runs", id)
-	for _, d := range []string{"src", "out", "fifo"} {
+	subdirs := []string{"src", "fifo"}
+	if withOut {
+		subdirs = append(subdirs, "out")
+	}
+	for _, d := range subdirs {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return dir, fmt.Errorf("run dir: %w", err)
 		}
@@ -251,10 +263,12 @@ func (r *Runtime) prepareRunDir(id string, lang *LanguageSpec, req Request) (str
 			return dir, fmt.Errorf("run dir: %w", err)
 		}
 	}
-	// The compile step writes out/ as the sandbox user.
-	uid, gid := r.SandboxOwner()
-	if err := os.Chown(filepath.Join(dir, "out"), int(uid), int(gid)); err != nil {
-		return dir, fmt.Errorf("run dir: %w", err)
+	if withOut {
+		// The compile step writes out/ as the sandbox user.
+		uid, gid := r.SandboxOwner()
+		if err := os.Chown(filepath.Join(dir, "out"), int(uid), int(gid)); err != nil {
+			return dir, fmt.Errorf("run dir: %w", err)
+		}
 	}
 	return dir, nil
 }
@@ -322,8 +336,7 @@ func (r *Runtime) steps(ctx context.Context, c *containerd.Client, img container
 		}
 	}
 
-	argv := append(lang.argv(lang.Run, req.Path), req.Args...)
-	opts := append([]coci.SpecOpts{oci.WithProcess(cwd, argv...)}, binds...)
+	opts := append([]coci.SpecOpts{oci.WithProcess(cwd, lang.runArgv(req)...)}, binds...)
 	if len(lang.Compile) > 0 {
 		opts = append(opts, oci.WithBind(filepath.Join(dir, "out"), oci.BuildDir, false, true))
 	}
