@@ -32,7 +32,10 @@ func newRuntime(t *testing.T, mod ...func(*runtime.Config)) *runtime.Runtime {
 	cfg := runtime.Config{
 		Address:   addr,
 		Namespace: testenv.Namespace,
-		Instance:  fmt.Sprintf("test-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), instanceSeq.Add(1)),
+		// Unique across test processes too: New's janitor sweeps everything
+		// of its instance, and two `go test` runs of one package (a developer
+		// beside CI) would otherwise delete each other's live sandboxes.
+		Instance:  fmt.Sprintf("test-%s-%d-%d", strings.ReplaceAll(t.Name(), "/", "-"), os.Getpid(), instanceSeq.Add(1)),
 		StateDir:  t.TempDir(),
 		Languages: runtime.DefaultLanguages(testenv.Image()),
 		UserNS:    testenv.IDMap(),
