@@ -58,7 +58,9 @@ func TestPoolSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	// A cleanup, not a defer: it must run after watchTaskCreates' cleanup
+	// has ended the subscription, or closing reads as a subscription error.
+	t.Cleanup(func() { c.Close() })
 	ctx := namespaces.WithNamespace(t.Context(), testenv.Namespace)
 
 	// Watch task creation from before the runtime exists: its pool starts
