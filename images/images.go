@@ -28,6 +28,8 @@ import (
 	"github.com/containerd/containerd/errdefs"
 	cimages "github.com/containerd/containerd/images"
 	transferarchive "github.com/containerd/containerd/images/archive"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // DefaultSnapshotter is the snapshotter images are unpacked into; the
@@ -36,11 +38,11 @@ const DefaultSnapshotter = "overlayfs"
 
 var (
 	// ErrNotFound: no image of that name in containerd.
-	ErrNotFound = errors.New("image not found")
+	ErrNotFound = sandpit.Define(sandpit.ErrNotFound, "image not found")
 	// ErrBuild: building the rootfs failed (debootstrap, a probe).
 	ErrBuild = errors.New("image build failed")
 	// ErrInvalidRecipe: the recipe cannot be built as written.
-	ErrInvalidRecipe = errors.New("invalid image recipe")
+	ErrInvalidRecipe = sandpit.Define(sandpit.ErrInvalidArgument, "invalid image recipe")
 )
 
 // Builder builds recipes into containerd. The zero value needs only Client.

@@ -18,6 +18,7 @@ import (
 	"github.com/containerd/containerd/namespaces"
 	"github.com/opencontainers/image-spec/identity"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
@@ -201,7 +202,7 @@ func checkImage(t *testing.T, ctx context.Context, client *containerd.Client, re
 		t.Fatal(err)
 	}
 	defer mount.UnmountAll(dir, 0)
-	for _, m := range append([]string{"/tmp", "/dev/shm", "/proc", "/sys"}, Mountpoints...) {
+	for _, m := range append([]string{"/tmp", "/dev/shm", "/proc", "/sys"}, sandpit.Mountpoints...) {
 		if st, err := os.Stat(filepath.Join(dir, m)); err != nil || !st.IsDir() {
 			t.Errorf("image lacks mountpoint %s: %v", m, err)
 		}

@@ -9,6 +9,8 @@ import (
 	goruntime "runtime"
 	"slices"
 	"strings"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // DefaultRef is the image every sandbox runs unless told otherwise.
@@ -31,18 +33,6 @@ const (
 	// LabelRecipe holds the key of the recipe the image was built from.
 	LabelRecipe = "org.sandpit.recipe"
 )
-
-// Sandbox user baked into every built image. The rootfs is read-only, so
-// its home is the per-run /tmp.
-const (
-	SandboxUser = "sandbox"
-	SandboxUID  = 1000
-	SandboxGID  = 1000
-)
-
-// Mountpoints the runtime binds into every sandbox. runc cannot create a
-// mountpoint in a read-only rootfs, so each one must exist in the image.
-var Mountpoints = []string{"/workspace", "/sandpit/src", "/sandpit/out"}
 
 // Recipe says what goes into an image built from Debian packages.
 type Recipe struct {
@@ -95,7 +85,7 @@ func DefaultRecipe() Recipe {
 			"PYTHONUNBUFFERED=1",
 		},
 		Cmd:        []string{"/bin/bash"},
-		WorkingDir: "/workspace",
+		WorkingDir: sandpit.WorkspaceDir,
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // removed are rootfs paths (globs) a sandbox never needs: package caches,
@@ -61,7 +63,7 @@ func customise(rootfs string) error {
 		{"dev/mqueue", 0o755},
 		{"sandpit", 0o755},
 	}
-	for _, m := range Mountpoints {
+	for _, m := range sandpit.Mountpoints {
 		dirs = append(dirs, struct {
 			path string
 			mode os.FileMode
@@ -101,8 +103,8 @@ func addUser(rootfs string) error {
 		file, name, line string
 		id               int
 	}{
-		{"etc/passwd", SandboxUser, fmt.Sprintf("%s:x:%d:%d:sandpit sandbox:/tmp:/bin/bash", SandboxUser, SandboxUID, SandboxGID), SandboxUID},
-		{"etc/group", SandboxUser, fmt.Sprintf("%s:x:%d:", SandboxUser, SandboxGID), SandboxGID},
+		{"etc/passwd", sandpit.SandboxUser, fmt.Sprintf("%s:x:%d:%d:sandpit sandbox:/tmp:/bin/bash", sandpit.SandboxUser, sandpit.SandboxUID, sandpit.SandboxGID), sandpit.SandboxUID},
+		{"etc/group", sandpit.SandboxUser, fmt.Sprintf("%s:x:%d:", sandpit.SandboxUser, sandpit.SandboxGID), sandpit.SandboxGID},
 	}
 	for _, e := range entries {
 		p := filepath.Join(rootfs, e.file)

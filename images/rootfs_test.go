@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // writeTree creates files (path → content) under root; a content starting
@@ -85,7 +87,7 @@ func TestCustomise(t *testing.T) {
 			"proc":        fs.ModeDir | 0o555,
 			"sys":         fs.ModeDir | 0o555,
 		}
-		for _, m := range Mountpoints {
+		for _, m := range sandpit.Mountpoints {
 			if _, ok := want[strings.TrimPrefix(m, "/")]; !ok {
 				t.Errorf("mountpoint %s is not checked here", m)
 			}
@@ -116,8 +118,8 @@ func TestCustomise(t *testing.T) {
 	})
 	t.Run("sandbox user", func(t *testing.T) {
 		for file, want := range map[string]string{
-			"etc/passwd": fmt.Sprintf("sandbox:x:%d:%d:", SandboxUID, SandboxGID),
-			"etc/group":  fmt.Sprintf("sandbox:x:%d:", SandboxGID),
+			"etc/passwd": fmt.Sprintf("sandbox:x:%d:%d:", sandpit.SandboxUID, sandpit.SandboxGID),
+			"etc/group":  fmt.Sprintf("sandbox:x:%d:", sandpit.SandboxGID),
 		} {
 			b, err := os.ReadFile(filepath.Join(root, file))
 			if err != nil {

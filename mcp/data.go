@@ -31,20 +31,6 @@ type Validator interface {
 	ValidateJSON(ref validate.SchemaRef, data io.Reader, jsonl bool, maxErrors int) (*validate.JSONResult, error)
 }
 
-// isDataError reports the query and validation errors the model can act on.
-func isDataError(err error) bool {
-	for _, class := range []error{
-		querydb.ErrNoDatabase, querydb.ErrRefused, querydb.ErrMultipleStatements, querydb.ErrEmpty,
-		querydb.ErrTimeout, querydb.ErrTooLarge, querydb.ErrSQL, querydb.ErrParams, querydb.ErrDatabasePath,
-		validate.ErrUnknownSchema, validate.ErrBadSchema, validate.ErrRemoteRef, validate.ErrBadConstraint, validate.ErrInput,
-	} {
-		if errors.Is(err, class) {
-			return true
-		}
-	}
-	return false
-}
-
 // addDataTools registers the SQL and validation tools whose dependency is
 // set; validate_csv_data needs none and comes with the validator.
 func addDataTools(s *server.MCPServer, cfg Config) {

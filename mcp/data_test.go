@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -17,6 +16,7 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	_ "github.com/mattn/go-sqlite3" // the writable driver, to build the fixture
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/store/querydb"
 	"github.com/sandpit-dev/sandpit/store/validate"
 )
@@ -50,7 +50,7 @@ func newDataClient(t *testing.T) dataFixture {
 	db.Close()
 	resolve := func(rel string) (string, error) {
 		if filepath.IsAbs(rel) || strings.Contains(rel, "..") {
-			return "", errors.New("outside the workspace")
+			return "", sandpit.Newf(sandpit.ErrInvalidArgument, "outside the workspace")
 		}
 		return filepath.Join(ws, rel), nil
 	}

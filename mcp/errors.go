@@ -1,46 +1,64 @@
 package mcp
 
 import (
-	"errors"
-	"fmt"
+	"crypto/rand"
+	"encoding/hex"
 	"log/slog"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/sandpit-dev/sandpit/runtime"
+	"github.com/sandpit-dev/sandpit"
 )
 
-// ArgError is a bad argument the model can correct; its text is shown as is.
-type ArgError struct{ Msg string }
-
-func (e *ArgError) Error() string { return e.Msg }
-
 func argErrorf(format string, a ...any) error {
-	return &ArgError{Msg: fmt.Sprintf(format, a...)}
+	return sandpit.Newf(sandpit.ErrInvalidArgument, format, a...)
 }
 
-// toolError is the single mapper from Go errors to MCP tool results. Every
-// error a caller can act on becomes an isError result the model reads; only a
-// nil result with an error (a broken server) would become a JSON-RPC error,
-// and handlers never return one.
+// toolHints are what a tool adds when an error of a class carries no hint
+// of its own: the stores do not know the tools' names, this layer does.
+var toolHints = map[string]map[error]string{
+	"read_file":              {sandpit.ErrNotFound: "list_files shows what exists"},
+	"delete_file":            {sandpit.ErrNotFound: "list_files shows what exists"},
+	"move_file":              {sandpit.ErrNotFound: "list_files shows what exists"},
+	"list_files":             {sandpit.ErrNotFound: "list_files without a path shows the workspace root"},
+	"run_code":               {sandpit.ErrNotFound: "list_files shows what exists"},
+	"restore_state_snapshot": {sandpit.ErrNotFound: "list_state_snapshots shows the ids"},
+	"delete_state_snapshot":  {sandpit.ErrNotFound: "list_state_snapshots shows the ids"},
+	"diff_state_snapshot":    {sandpit.ErrNotFound: "list_state_snapshots shows the ids"},
+	"get_run":                {sandpit.ErrNotFound: "get_execution_history lists the runs still recorded"},
+	"validate_json_data":     {sandpit.ErrNotFound: "sandbox://schemas lists the named schemas"},
+}
+
+// toolError is the single mapper from Go errors to MCP tool results. An
+// error of a class (sandpit.ClassOf) is one the model can act on or should
+// know about: it reads the error's text and its hint. Any other error is
+// internal: its text may name host paths, so it goes to the log under a
+// reference and the model gets only that reference. Handlers never return a
+// Go error (that would become a JSON-RPC error the model may never see).
 func toolError(log *slog.Logger, tool string, err error) *mcpgo.CallToolResult {
-	var ae *ArgError
-	switch {
-	case errors.As(err, &ae):
-		return mcpgo.NewToolResultError(ae.Msg)
-	case errors.Is(err, runtime.ErrInvalidRequest),
-		errors.Is(err, runtime.ErrUnknownLanguage):
-		return mcpgo.NewToolResultError(err.Error())
-	case errors.Is(err, runtime.ErrImageMissing),
-		errors.Is(err, runtime.ErrUnavailable),
-		errors.Is(err, runtime.ErrLimitsUnenforceable):
-		log.Warn("tool failed: sandbox unavailable", "tool", tool, "err", err)
-		return mcpgo.NewToolResultError(err.Error())
-	case isDataError(err): // data.go: refused SQL, timeouts, bad schemas or constraints...
-		return mcpgo.NewToolResultError(err.Error())
-	case isWorkspaceError(err): // snapshots.go: outside the workspace, not found, too large, unknown snapshot...
-		return mcpgo.NewToolResultError(err.Error())
+	class := sandpit.ClassOf(err)
+	if class == nil {
+		ref := errorRef()
+		log.Error("tool failed", "tool", tool, "ref", ref, "err", err)
+		return mcpgo.NewToolResultError(tool + " failed with an internal error (ref " + ref + "; the server log has the details). Retrying may help; if it keeps failing, the server or its host needs attention.")
 	}
-	log.Error("tool failed", "tool", tool, "err", err)
-	return mcpgo.NewToolResultError(tool + " failed: " + err.Error())
+	if class == sandpit.ErrUnavailable {
+		log.Warn("tool failed: unavailable", "tool", tool, "err", err)
+	}
+	msg := err.Error()
+	hint := sandpit.HintOf(err)
+	if hint == "" {
+		hint = toolHints[tool][class]
+	}
+	if hint != "" {
+		msg += "\nhint: " + hint
+	}
+	return mcpgo.NewToolResultError(msg)
+}
+
+// errorRef names one internal error in the log.
+func errorRef() string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return hex.EncodeToString(b)
 }

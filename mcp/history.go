@@ -13,7 +13,7 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/sandpit-dev/sandpit/runtime"
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/store/history"
 )
 
@@ -37,7 +37,7 @@ type observedRunner struct {
 	log     *slog.Logger
 }
 
-func (o *observedRunner) Run(ctx context.Context, req runtime.Request) (*runtime.Result, error) {
+func (o *observedRunner) Run(ctx context.Context, req sandpit.Request) (*sandpit.Result, error) {
 	done := o.metrics.begin()
 	res, err := o.Runner.Run(ctx, req)
 	done(req.Language, res, err)
@@ -61,7 +61,7 @@ func (o *observedRunner) Run(ctx context.Context, req runtime.Request) (*runtime
 }
 
 // historyRun is what the history keeps of a run.
-func historyRun(req runtime.Request, res *runtime.Result) history.Run {
+func historyRun(req sandpit.Request, res *sandpit.Result) history.Run {
 	lang := res.Language
 	if lang == "" {
 		lang = req.Language
@@ -76,7 +76,7 @@ func historyRun(req runtime.Request, res *runtime.Result) history.Run {
 		Status: string(res.Status), ExitCode: res.ExitCode, DurationMS: res.DurationMS,
 		CPUUserMS: res.Usage.CPUUserMS, CPUSystemMS: res.Usage.CPUSystemMS,
 		MemoryPeakBytes: int64(res.Usage.MemoryPeakBytes), Pids: int64(res.Usage.PidsCurrent),
-		OOMKilled:   res.Usage.OOMKilled || res.Status == runtime.StatusOOM,
+		OOMKilled:   res.Usage.OOMKilled || res.Status == sandpit.StatusOOM,
 		StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes,
 		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
 		StdoutHead: res.Stdout, StderrHead: res.Stderr, // the store keeps the first KiB
@@ -89,8 +89,8 @@ func historyRun(req runtime.Request, res *runtime.Result) history.Run {
 }
 
 // statuses are the values status filters accept.
-var statuses = []runtime.Status{
-	runtime.StatusSuccess, runtime.StatusError, runtime.StatusTimeout, runtime.StatusOOM, runtime.StatusCompileError,
+var statuses = []sandpit.Status{
+	sandpit.StatusSuccess, sandpit.StatusError, sandpit.StatusTimeout, sandpit.StatusOOM, sandpit.StatusCompileError,
 }
 
 func statusNames() string {
@@ -147,8 +147,8 @@ type RunRecord struct {
 	StderrTruncated bool             `json:"stderr_truncated"`
 	StdoutHead      string           `json:"stdout_head" jsonschema:"the first KiB of stdout"`
 	StderrHead      string           `json:"stderr_head" jsonschema:"the first KiB of stderr"`
-	Files           *runtime.Changes `json:"files,omitempty" jsonschema:"workspace files the run created, modified or deleted"`
-	Limits          *runtime.Limits  `json:"limits,omitempty" jsonschema:"the limits the run ran under"`
+	Files           *sandpit.Changes `json:"files,omitempty" jsonschema:"workspace files the run created, modified or deleted"`
+	Limits          *sandpit.Limits  `json:"limits,omitempty" jsonschema:"the limits the run ran under"`
 }
 
 const maxHistoryPage = 100
@@ -198,7 +198,7 @@ func historyFilter(a HistoryArgs) (history.Filter, error) {
 	if f.Limit == 0 {
 		f.Limit = history.DefaultLimit
 	}
-	if s := runtime.Status(strings.ToLower(strings.TrimSpace(a.Status))); s != "" {
+	if s := sandpit.Status(strings.ToLower(strings.TrimSpace(a.Status))); s != "" {
 		if !slices.Contains(statuses, s) {
 			return f, argErrorf("unknown status %q: use one of %s", a.Status, statusNames())
 		}
@@ -233,13 +233,13 @@ func record(r history.Run) RunRecord {
 	}
 	out.CodePreview = ""
 	if len(r.Files) > 0 {
-		var c runtime.Changes
+		var c sandpit.Changes
 		if json.Unmarshal(r.Files, &c) == nil {
 			out.Files = &c
 		}
 	}
 	if len(r.Limits) > 0 {
-		var l runtime.Limits
+		var l sandpit.Limits
 		if json.Unmarshal(r.Limits, &l) == nil {
 			out.Limits = &l
 		}

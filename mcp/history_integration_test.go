@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 	"github.com/sandpit-dev/sandpit/runtime"
 )
@@ -45,39 +46,39 @@ func TestHistoryRecordsMeasuredUsage(t *testing.T) {
 	tests := []struct {
 		name    string
 		args    map[string]any
-		status  runtime.Status
+		status  sandpit.Status
 		check   func(t *testing.T, r RunRecord)
 		timeout float64
 	}{
-		{name: "success", status: runtime.StatusSuccess,
+		{name: "success", status: sandpit.StatusSuccess,
 			args: map[string]any{"language": "python", "code": "print('hello from the sandbox')"},
 			check: func(t *testing.T, r RunRecord) {
 				if r.StdoutHead != "hello from the sandbox\n" || r.MemoryPeakBytes <= 0 {
 					t.Errorf("stdout %q, peak memory %d", r.StdoutHead, r.MemoryPeakBytes)
 				}
 			}},
-		{name: "error", status: runtime.StatusError,
+		{name: "error", status: sandpit.StatusError,
 			args: map[string]any{"language": "python", "code": "import sys\nprint('bad', file=sys.stderr)\nsys.exit(3)"},
 			check: func(t *testing.T, r RunRecord) {
 				if r.ExitCode != 3 || !strings.Contains(r.StderrHead, "bad") {
 					t.Errorf("exit %d stderr %q", r.ExitCode, r.StderrHead)
 				}
 			}},
-		{name: "compile error", status: runtime.StatusCompileError,
+		{name: "compile error", status: sandpit.StatusCompileError,
 			args: map[string]any{"language": "c", "code": "int main( {"},
 			check: func(t *testing.T, r RunRecord) {
 				if r.StderrHead == "" {
 					t.Error("no compiler message recorded")
 				}
 			}},
-		{name: "timeout", status: runtime.StatusTimeout,
+		{name: "timeout", status: sandpit.StatusTimeout,
 			args: map[string]any{"language": "bash", "code": "sleep 30", "timeout_seconds": 1},
 			check: func(t *testing.T, r RunRecord) {
 				if r.Limits == nil || r.Limits.TimeoutSeconds != 1 {
 					t.Errorf("limits = %+v, want a 1 s timeout", r.Limits)
 				}
 			}},
-		{name: "oom peak near the limit", status: runtime.StatusOOM,
+		{name: "oom peak near the limit", status: sandpit.StatusOOM,
 			args: map[string]any{"language": "python", "code": "b = []\nwhile True:\n    b.append(bytearray(8 << 20))\n"},
 			check: func(t *testing.T, r RunRecord) {
 				if !r.OOMKilled {
@@ -87,7 +88,7 @@ func TestHistoryRecordsMeasuredUsage(t *testing.T) {
 					t.Errorf("peak memory %d MiB, want near the %d MiB limit", r.MemoryPeakBytes>>20, memLimit>>20)
 				}
 			}},
-		{name: "cpu loop uses its quota", status: runtime.StatusSuccess,
+		{name: "cpu loop uses its quota", status: sandpit.StatusSuccess,
 			args: map[string]any{"language": "python", "code": "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 2:\n    pass\n"},
 			check: func(t *testing.T, r RunRecord) {
 				cpu := float64(r.CPUUserMS + r.CPUSystemMS)

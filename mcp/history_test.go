@@ -17,6 +17,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/logring"
 	"github.com/sandpit-dev/sandpit/runtime"
 	"github.com/sandpit-dev/sandpit/store/history"
@@ -28,13 +29,13 @@ import (
 type scriptedRunner struct {
 	mu      sync.Mutex
 	n       int
-	results map[string]runtime.Result
+	results map[string]sandpit.Result
 }
 
-var testLimits = runtime.Limits{MemoryBytes: 256 << 20, PidsMax: 64, CPUs: 1, TmpfsBytes: 64 << 20,
+var testLimits = sandpit.Limits{MemoryBytes: 256 << 20, PidsMax: 64, CPUs: 1, TmpfsBytes: 64 << 20,
 	FileSizeBytes: 16 << 20, OpenFiles: 256, OutputBytes: 1 << 20, TimeoutSeconds: 10}
 
-func (r *scriptedRunner) Run(ctx context.Context, req runtime.Request) (*runtime.Result, error) {
+func (r *scriptedRunner) Run(ctx context.Context, req sandpit.Request) (*sandpit.Result, error) {
 	switch req.Code {
 	case "fail:unknown":
 		return nil, fmt.Errorf("language %q: %w", req.Language, runtime.ErrUnknownLanguage)
@@ -47,7 +48,7 @@ func (r *scriptedRunner) Run(ctx context.Context, req runtime.Request) (*runtime
 	r.mu.Unlock()
 	res, ok := r.results[req.Code]
 	if !ok {
-		res = runtime.Result{Status: runtime.StatusSuccess}
+		res = sandpit.Result{Status: sandpit.StatusSuccess}
 	}
 	res.ID = fmt.Sprintf("run-%03d", n)
 	res.Language = req.Language
@@ -57,26 +58,26 @@ func (r *scriptedRunner) Run(ctx context.Context, req runtime.Request) (*runtime
 	return &res, nil
 }
 
-func (r *scriptedRunner) Languages() []runtime.Language {
-	return []runtime.Language{
+func (r *scriptedRunner) Languages() []sandpit.Language {
+	return []sandpit.Language{
 		{Name: "python", Version: "3.11.2", Image: "sandpit/python:1", Description: "CPython"},
 		{Name: "c", Version: "gcc 12.2.0", Image: "sandpit/python:1", Description: "C17"},
 	}
 }
 
 // The scripted outcomes, one per status.
-var scripted = map[string]runtime.Result{
-	"print('ok')": {Status: runtime.StatusSuccess, Stdout: "ok\n", StdoutBytes: 3, DurationMS: 40,
-		Usage: runtime.Usage{CPUUserMS: 20, CPUSystemMS: 5, MemoryPeakBytes: 9 << 20, PidsCurrent: 1, WallMS: 40}},
-	"raise SystemExit(3)": {Status: runtime.StatusError, ExitCode: 3, Stderr: "Traceback: boom\n", StderrBytes: 16, DurationMS: 50,
-		Usage: runtime.Usage{CPUUserMS: 25, MemoryPeakBytes: 10 << 20}, Files: &runtime.Changes{}}, // a workspace, nothing changed
-	"while True: pass": {Status: runtime.StatusTimeout, ExitCode: 137, DurationMS: 10000,
-		Usage: runtime.Usage{CPUUserMS: 9900, CPUSystemMS: 40, MemoryPeakBytes: 8 << 20, WallMS: 10000}},
-	"x = ' ' * 10**10": {Status: runtime.StatusOOM, ExitCode: 137, DurationMS: 300,
-		Usage: runtime.Usage{CPUUserMS: 200, MemoryPeakBytes: 256 << 20, OOMKilled: true}},
-	"int main( {": {Status: runtime.StatusCompileError, ExitCode: 1, Stderr: "main.c:1: error: expected declaration\n", StderrBytes: 38, DurationMS: 90},
-	"print('x' * 5000)": {Status: runtime.StatusSuccess, Stdout: strings.Repeat("x", 5000) + "\n", StdoutBytes: 5001,
-		Files: &runtime.Changes{Created: []string{"out.txt"}, Modified: []string{}, Deleted: []string{}}},
+var scripted = map[string]sandpit.Result{
+	"print('ok')": {Status: sandpit.StatusSuccess, Stdout: "ok\n", StdoutBytes: 3, DurationMS: 40,
+		Usage: sandpit.Usage{CPUUserMS: 20, CPUSystemMS: 5, MemoryPeakBytes: 9 << 20, PidsCurrent: 1, WallMS: 40}},
+	"raise SystemExit(3)": {Status: sandpit.StatusError, ExitCode: 3, Stderr: "Traceback: boom\n", StderrBytes: 16, DurationMS: 50,
+		Usage: sandpit.Usage{CPUUserMS: 25, MemoryPeakBytes: 10 << 20}, Files: &sandpit.Changes{}}, // a workspace, nothing changed
+	"while True: pass": {Status: sandpit.StatusTimeout, ExitCode: 137, DurationMS: 10000,
+		Usage: sandpit.Usage{CPUUserMS: 9900, CPUSystemMS: 40, MemoryPeakBytes: 8 << 20, WallMS: 10000}},
+	"x = ' ' * 10**10": {Status: sandpit.StatusOOM, ExitCode: 137, DurationMS: 300,
+		Usage: sandpit.Usage{CPUUserMS: 200, MemoryPeakBytes: 256 << 20, OOMKilled: true}},
+	"int main( {": {Status: sandpit.StatusCompileError, ExitCode: 1, Stderr: "main.c:1: error: expected declaration\n", StderrBytes: 38, DurationMS: 90},
+	"print('x' * 5000)": {Status: sandpit.StatusSuccess, Stdout: strings.Repeat("x", 5000) + "\n", StdoutBytes: 5001,
+		Files: &sandpit.Changes{Created: []string{"out.txt"}, Modified: []string{}, Deleted: []string{}}},
 }
 
 // failingHistory refuses every write.
@@ -132,9 +133,9 @@ func newFixture(t *testing.T, mutate func(*Config)) fixture {
 
 type fakeHealth struct{}
 
-func (fakeHealth) Health(context.Context) runtime.HealthReport {
-	return runtime.HealthReport{ContainerdAddress: "/run/sandpit/containerd.sock", ContainerdVersion: "1.6.20",
-		Reachable: true, Runtime: "runc", Images: []runtime.ImageStatus{{Ref: "sandpit/python:1", Present: true,
+func (fakeHealth) Health(context.Context) sandpit.HealthReport {
+	return sandpit.HealthReport{ContainerdAddress: "/run/sandpit/containerd.sock", ContainerdVersion: "1.6.20",
+		Reachable: true, Runtime: "runc", Images: []sandpit.ImageStatus{{Ref: "sandpit/python:1", Present: true,
 			Versions: map[string]string{"python": "3.11.2"}}}}
 }
 
@@ -203,7 +204,7 @@ func TestRunsAreRecorded(t *testing.T) {
 			}
 			u := want.Usage
 			if got.CPUUserMS != u.CPUUserMS || got.CPUSystemMS != u.CPUSystemMS || got.MemoryPeakBytes != int64(u.MemoryPeakBytes) ||
-				got.Pids != int64(u.PidsCurrent) || got.OOMKilled != (want.Status == runtime.StatusOOM) {
+				got.Pids != int64(u.PidsCurrent) || got.OOMKilled != (want.Status == sandpit.StatusOOM) {
 				t.Errorf("usage = %+v, want %+v", got, u)
 			}
 			if got.Limits == nil || !reflect.DeepEqual(*got.Limits, testLimits) {
@@ -347,7 +348,7 @@ func TestBadArgumentsAreRejected(t *testing.T) {
 func TestHistoryFailureDoesNotFailRun(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.History = failingHistory{c.History} })
 	ran := f.run(t, "python", "print('ok')")
-	if ran.Status != runtime.StatusSuccess || ran.Stdout != "ok\n" {
+	if ran.Status != sandpit.StatusSuccess || ran.Stdout != "ok\n" {
 		t.Errorf("run = %+v", ran)
 	}
 	var m MetricsResult
@@ -450,7 +451,7 @@ func TestResources(t *testing.T) {
 		t.Errorf("status = %+v", status)
 	}
 
-	var langs struct{ Languages []runtime.Language }
+	var langs struct{ Languages []sandpit.Language }
 	f.read(t, "sandbox://languages", &langs)
 	if len(langs.Languages) != 2 || langs.Languages[0].Name != "python" || langs.Languages[0].Version != "3.11.2" {
 		t.Errorf("languages = %+v", langs)
@@ -515,7 +516,7 @@ func TestPrompts(t *testing.T) {
 				c.MaxTimeout = 30 * time.Second
 				c.Workspace = nopWorkspace{}
 				c.Status = func(context.Context) StatusReport {
-					return StatusReport{Limits: &runtime.Limits{MemoryBytes: 1 << 30, CPUs: 0.5, Unenforced: []string{"memory"}},
+					return StatusReport{Limits: &sandpit.Limits{MemoryBytes: 1 << 30, CPUs: 0.5, Unenforced: []string{"memory"}},
 						Libraries: map[string][]string{"python": {"numpy 1.24"}}}
 				}
 			}, []string{"1 GiB", "0.5 core", "at most 30s", "/workspace", "numpy 1.24", "cannot enforce memory"},
@@ -582,7 +583,7 @@ func TestPrompts(t *testing.T) {
 
 type nopWorkspace struct{}
 
-func (nopWorkspace) Open(context.Context, string) (runtime.View, error) {
+func (nopWorkspace) Open(context.Context, string) (sandpit.View, error) {
 	return nil, errors.New("not used")
 }
 
@@ -672,7 +673,7 @@ func BenchmarkRunOverhead(b *testing.B) {
 				h = db
 			}
 			o := &observedRunner{Runner: &scriptedRunner{results: scripted}, metrics: newMetrics(), history: h, log: slog.Default()}
-			req := runtime.Request{Language: "python", Code: "print('ok')"}
+			req := sandpit.Request{Language: "python", Code: "print('ok')"}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				if _, err := o.Run(context.Background(), req); err != nil {

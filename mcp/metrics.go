@@ -20,13 +20,13 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/sandpit-dev/sandpit/runtime"
+	"github.com/sandpit-dev/sandpit"
 )
 
 // Health reports containerd's reachability and the images' status.
 // *runtime.Runtime implements it.
 type Health interface {
-	Health(ctx context.Context) runtime.HealthReport
+	Health(ctx context.Context) sandpit.HealthReport
 }
 
 // latencyWindow is how many recent runs the percentiles cover.
@@ -39,7 +39,7 @@ type metrics struct {
 	inFlight atomic.Int64
 
 	mu         sync.Mutex
-	byStatus   map[runtime.Status]int64
+	byStatus   map[sandpit.Status]int64
 	byLanguage map[string]int64
 	rejected   int64 // bad input: never reached a sandbox
 	failed     int64 // the runtime failed (containerd down, image missing, ...)
@@ -52,7 +52,7 @@ type metrics struct {
 func newMetrics() *metrics {
 	return &metrics{
 		started:    time.Now(),
-		byStatus:   map[runtime.Status]int64{},
+		byStatus:   map[sandpit.Status]int64{},
 		byLanguage: map[string]int64{},
 		latency:    newRing(latencyWindow),
 		recordUS:   newRing(latencyWindow),
@@ -70,19 +70,19 @@ func (m *metrics) reject() {
 }
 
 // begin marks a run in flight; call the returned func with its outcome.
-func (m *metrics) begin() func(lang string, res *runtime.Result, err error) {
+func (m *metrics) begin() func(lang string, res *sandpit.Result, err error) {
 	if m == nil {
-		return func(string, *runtime.Result, error) {}
+		return func(string, *sandpit.Result, error) {}
 	}
 	m.inFlight.Add(1)
 	t := time.Now()
-	return func(lang string, res *runtime.Result, err error) {
+	return func(lang string, res *sandpit.Result, err error) {
 		m.inFlight.Add(-1)
 		elapsed := time.Since(t)
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		switch {
-		case err != nil && (errors.Is(err, runtime.ErrInvalidRequest) || errors.Is(err, runtime.ErrUnknownLanguage)):
+		case err != nil && (errors.Is(err, sandpit.ErrInvalidArgument)):
 			m.rejected++
 		case err != nil || res == nil:
 			m.failed++
@@ -92,7 +92,7 @@ func (m *metrics) begin() func(lang string, res *runtime.Result, err error) {
 			}
 			m.byStatus[res.Status]++
 			m.byLanguage[lang]++
-			if res.Status == runtime.StatusOOM || res.Usage.OOMKilled {
+			if res.Status == sandpit.StatusOOM || res.Usage.OOMKilled {
 				m.oom++
 			}
 			m.latency.add(elapsed.Milliseconds())
@@ -150,7 +150,7 @@ type MetricsResult struct {
 	History    *HistoryMetrics       `json:"history,omitempty" jsonschema:"the cost of recording runs; absent when history is off"`
 	Server     ServerMetrics         `json:"server"`
 	Host       HostMetrics           `json:"host"`
-	Containerd *runtime.HealthReport `json:"containerd,omitempty" jsonschema:"containerd reachability, version and image status"`
+	Containerd *sandpit.HealthReport `json:"containerd,omitempty" jsonschema:"containerd reachability, version and image status"`
 }
 
 // RunMetrics counts runs since the server started.
@@ -213,7 +213,7 @@ func (m *metrics) snapshot() RunMetrics {
 		Rejected:   m.rejected,
 		Failed:     m.failed,
 		OOM:        m.oom,
-		Timeouts:   m.byStatus[runtime.StatusTimeout],
+		Timeouts:   m.byStatus[sandpit.StatusTimeout],
 	}
 	for s, n := range m.byStatus {
 		out.ByStatus[string(s)] = n

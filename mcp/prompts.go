@@ -8,7 +8,7 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/sandpit-dev/sandpit/runtime"
+	"github.com/sandpit-dev/sandpit"
 )
 
 // addPrompts registers the prompts whose dependencies are set.
@@ -48,7 +48,7 @@ func addPrompts(s *server.MCPServer, cfg Config) {
 	}
 }
 
-func hasLanguage(ls []runtime.Language, name string) bool {
+func hasLanguage(ls []sandpit.Language, name string) bool {
 	for _, l := range ls {
 		if strings.EqualFold(l.Name, name) {
 			return true
@@ -139,8 +139,8 @@ func fixRunPrompt(r RunRecord, s StatusReport) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "This %s program, run in the sandbox as run %s, ended with status %s (exit code %d) after %d ms.\n",
 		r.Language, r.ID, r.Status, r.ExitCode, r.DurationMS)
-	switch runtime.Status(r.Status) {
-	case runtime.StatusTimeout:
+	switch sandpit.Status(r.Status) {
+	case sandpit.StatusTimeout:
 		lim := s.MaxTimeoutSeconds
 		if r.Limits != nil && r.Limits.TimeoutSeconds > 0 {
 			fmt.Fprintf(&b, "It was killed at its %gs time limit (at most %gs can be asked for).", r.Limits.TimeoutSeconds, lim)
@@ -148,17 +148,17 @@ func fixRunPrompt(r RunRecord, s StatusReport) string {
 			fmt.Fprintf(&b, "It was killed at its time limit (at most %gs can be asked for).", lim)
 		}
 		b.WriteString(" Find what takes so long (an endless loop, a blocking read of stdin, a slow algorithm) and make it finish in time.\n")
-	case runtime.StatusOOM:
+	case sandpit.StatusOOM:
 		fmt.Fprintf(&b, "It ran out of memory: peak %s", bytesText(r.MemoryPeakBytes))
 		if r.Limits != nil && r.Limits.MemoryBytes > 0 {
 			fmt.Fprintf(&b, " against a limit of %s", bytesText(r.Limits.MemoryBytes))
 		}
 		b.WriteString(". Use less memory: stream data, use smaller types, free what is no longer needed.\n")
-	case runtime.StatusCompileError:
+	case sandpit.StatusCompileError:
 		b.WriteString("The compiler rejected it; the errors are in stderr below.\n")
-	case runtime.StatusError:
+	case sandpit.StatusError:
 		b.WriteString("It failed at run time; the error is most likely in stderr below.\n")
-	case runtime.StatusSuccess:
+	case sandpit.StatusSuccess:
 		b.WriteString("It exited successfully; check whether its output is what was wanted.\n")
 	}
 	if r.Path != "" {

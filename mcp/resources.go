@@ -9,8 +9,8 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/logring"
-	"github.com/sandpit-dev/sandpit/runtime"
 )
 
 // LogSource hands out the server's recent log records. *logring.Ring implements it.
@@ -34,13 +34,13 @@ type StatusReport struct {
 	Rootless          bool                  `json:"rootless"`
 	UserNamespace     bool                  `json:"user_namespace"`
 	Network           string                `json:"network"` // always "none": sandboxes have no network
-	Limits            *runtime.Limits       `json:"limits,omitempty"`
-	Images            []runtime.ImageStatus `json:"images,omitempty"`
+	Limits            *sandpit.Limits       `json:"limits,omitempty"`
+	Images            []sandpit.ImageStatus `json:"images,omitempty"`
 	// Libraries lists, per language, what its image offers beyond the
 	// standard library (e.g. "python": ["numpy 1.24"]).
 	Libraries map[string][]string `json:"libraries,omitempty"`
 
-	Languages             []runtime.Language `json:"languages"`
+	Languages             []sandpit.Language `json:"languages"`
 	Workspace             string             `json:"workspace,omitempty"` // "/workspace" when runs get one
 	DefaultTimeoutSeconds float64            `json:"default_timeout_seconds"`
 	MaxTimeoutSeconds     float64            `json:"max_timeout_seconds"`
@@ -58,12 +58,12 @@ func (cfg Config) status(ctx context.Context) StatusReport {
 	s.DefaultTimeoutSeconds = cfg.DefaultTimeout.Seconds()
 	s.MaxTimeoutSeconds = cfg.MaxTimeout.Seconds()
 	s.MaxCodeBytes = cfg.MaxCodeBytes
-	s.Languages = []runtime.Language{}
+	s.Languages = []sandpit.Language{}
 	if cfg.Runner != nil {
 		s.Languages = append(s.Languages, cfg.Runner.Languages()...)
 	}
 	if cfg.Workspace != nil {
-		s.Workspace = "/workspace"
+		s.Workspace = sandpit.WorkspaceDir
 	}
 	return s
 }

@@ -10,7 +10,7 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/sandpit-dev/sandpit/runtime"
+	"github.com/sandpit-dev/sandpit"
 )
 
 // RunCodeArgs are run_code's arguments.
@@ -20,13 +20,13 @@ type RunCodeArgs struct {
 	Path           string   `json:"path,omitempty" jsonschema:"a source file in the workspace to run instead of code"`
 	Args           []string `json:"args,omitempty" jsonschema:"command-line arguments passed to the program"`
 	Stdin          string   `json:"stdin,omitempty" jsonschema:"text given to the program's standard input"`
-	TimeoutSeconds float64  `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds (default 10, at most 60)"`
+	TimeoutSeconds float64  `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds (the default and the ceiling are in this tool's description)"`
 }
 
 // RunCodeResult is run_code's structured output.
 type RunCodeResult struct {
 	ID              string           `json:"id" jsonschema:"identifier of this run"`
-	Status          runtime.Status   `json:"status" jsonschema:"success, error, timeout, oom or compile_error"`
+	Status          sandpit.Status   `json:"status" jsonschema:"success, error, timeout, oom or compile_error"`
 	ExitCode        int              `json:"exit_code" jsonschema:"the program's exit code (128+signal when killed)"`
 	Stdout          string           `json:"stdout"`
 	Stderr          string           `json:"stderr"`
@@ -36,9 +36,9 @@ type RunCodeResult struct {
 	StderrBytes     int64            `json:"stderr_bytes" jsonschema:"bytes the program wrote to stderr, including any cut off"`
 	DurationMS      int64            `json:"duration_ms"`
 	Language        string           `json:"language"`
-	Usage           runtime.Usage    `json:"usage"`
-	Limits          runtime.Limits   `json:"limits"`
-	Files           *runtime.Changes `json:"files,omitempty" jsonschema:"workspace files the run created, modified or deleted"`
+	Usage           sandpit.Usage    `json:"usage"`
+	Limits          sandpit.Limits   `json:"limits"`
+	Files           *sandpit.Changes `json:"files,omitempty" jsonschema:"workspace files the run created, modified or deleted"`
 }
 
 func runCodeTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
@@ -73,38 +73,38 @@ func runCodeTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 }
 
 // runRequest validates arguments before anything runs.
-func (cfg Config) runRequest(a RunCodeArgs) (runtime.Request, error) {
+func (cfg Config) runRequest(a RunCodeArgs) (sandpit.Request, error) {
 	lang := strings.ToLower(strings.TrimSpace(a.Language))
 	if lang == "" {
-		return runtime.Request{}, argErrorf("language is required: one of %s", cfg.languageNames())
+		return sandpit.Request{}, argErrorf("language is required: one of %s", cfg.languageNames())
 	}
 	switch {
 	case a.Code != "" && a.Path != "":
-		return runtime.Request{}, argErrorf("give either code or path, not both")
+		return sandpit.Request{}, argErrorf("give either code or path, not both")
 	case a.Path != "" && cfg.Workspace == nil:
-		return runtime.Request{}, argErrorf("path needs a workspace, and this server has none: pass the source as code")
+		return sandpit.Request{}, argErrorf("path needs a workspace, and this server has none: pass the source as code")
 	case a.Path == "" && strings.TrimSpace(a.Code) == "":
-		return runtime.Request{}, argErrorf("code is empty: give the program's source in code (or a workspace file in path)")
+		return sandpit.Request{}, argErrorf("code is empty: give the program's source in code (or a workspace file in path)")
 	case len(a.Code) > cfg.MaxCodeBytes:
-		return runtime.Request{}, argErrorf("code is %d bytes, over the %d-byte limit: write it to a workspace file and run it by path, or shorten it", len(a.Code), cfg.MaxCodeBytes)
+		return sandpit.Request{}, argErrorf("code is %d bytes, over the %d-byte limit: write it to a workspace file and run it by path, or shorten it", len(a.Code), cfg.MaxCodeBytes)
 	case len(a.Stdin) > cfg.MaxCodeBytes:
-		return runtime.Request{}, argErrorf("stdin is %d bytes, over the %d-byte limit", len(a.Stdin), cfg.MaxCodeBytes)
+		return sandpit.Request{}, argErrorf("stdin is %d bytes, over the %d-byte limit", len(a.Stdin), cfg.MaxCodeBytes)
 	case !utf8.ValidString(a.Code):
-		return runtime.Request{}, argErrorf("code is not valid UTF-8")
+		return sandpit.Request{}, argErrorf("code is not valid UTF-8")
 	case a.TimeoutSeconds < 0:
-		return runtime.Request{}, argErrorf("timeout_seconds must be positive, got %g", a.TimeoutSeconds)
+		return sandpit.Request{}, argErrorf("timeout_seconds must be positive, got %g", a.TimeoutSeconds)
 	}
 	timeout := cfg.DefaultTimeout
 	if a.TimeoutSeconds > 0 {
 		timeout = time.Duration(a.TimeoutSeconds * float64(time.Second))
 	}
 	if timeout > cfg.MaxTimeout {
-		return runtime.Request{}, argErrorf("timeout_seconds %g is over the ceiling of %g seconds: ask for %g or less", a.TimeoutSeconds, cfg.MaxTimeout.Seconds(), cfg.MaxTimeout.Seconds())
+		return sandpit.Request{}, argErrorf("timeout_seconds %g is over the ceiling of %g seconds: ask for %g or less", a.TimeoutSeconds, cfg.MaxTimeout.Seconds(), cfg.MaxTimeout.Seconds())
 	}
 	if len(a.Args) > 256 {
-		return runtime.Request{}, argErrorf("too many args (%d, at most 256)", len(a.Args))
+		return sandpit.Request{}, argErrorf("too many args (%d, at most 256)", len(a.Args))
 	}
-	return runtime.Request{
+	return sandpit.Request{
 		Language:  lang,
 		Code:      a.Code,
 		Path:      a.Path,
@@ -123,7 +123,7 @@ func (cfg Config) languageNames() string {
 	return strings.Join(names, ", ")
 }
 
-func toRunCodeResult(r *runtime.Result) RunCodeResult {
+func toRunCodeResult(r *sandpit.Result) RunCodeResult {
 	return RunCodeResult{
 		ID: r.ID, Status: r.Status, ExitCode: r.ExitCode,
 		Stdout: r.Stdout, Stderr: r.Stderr,
@@ -155,9 +155,9 @@ func formatRun(r RunCodeResult) string {
 	section("stdout", r.Stdout, r.StdoutTruncated, r.StdoutBytes)
 	section("stderr", r.Stderr, r.StderrTruncated, r.StderrBytes)
 	switch r.Status {
-	case runtime.StatusTimeout:
+	case sandpit.StatusTimeout:
 		fmt.Fprintf(&b, "the program was killed after %g s; make it faster or ask for a longer timeout_seconds\n", r.Limits.TimeoutSeconds)
-	case runtime.StatusOOM:
+	case sandpit.StatusOOM:
 		fmt.Fprintf(&b, "the program ran out of memory (limit %d MiB) and was killed\n", r.Limits.MemoryBytes>>20)
 	}
 	if f := r.Files; f != nil && len(f.Created)+len(f.Modified)+len(f.Deleted) > 0 {

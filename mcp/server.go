@@ -12,13 +12,13 @@ import (
 
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/sandpit-dev/sandpit/runtime"
+	"github.com/sandpit-dev/sandpit"
 )
 
 // Runner runs programs in sandboxes. *runtime.Runtime implements it.
 type Runner interface {
-	Run(ctx context.Context, req runtime.Request) (*runtime.Result, error)
-	Languages() []runtime.Language
+	Run(ctx context.Context, req sandpit.Request) (*sandpit.Result, error)
+	Languages() []sandpit.Language
 }
 
 // Config is everything the MCP layer needs. Only Runner is required; a nil
@@ -32,7 +32,7 @@ type Config struct {
 	MaxTimeout     time.Duration // the ceiling a caller may ask for
 	MaxCodeBytes   int           // largest accepted code or stdin
 	// Workspace, when set, is attached to every run at /workspace.
-	Workspace runtime.Workspace
+	Workspace sandpit.Workspace
 	// Files, when set, serves the file tools (list/read/write/delete/move_file).
 	Files FileStore
 	// Snapshots, when set (with Files), serves the *_state_snapshot tools and undo_last_run.
@@ -70,10 +70,10 @@ func (c *Config) defaults() {
 		c.Version = "dev"
 	}
 	if c.DefaultTimeout <= 0 {
-		c.DefaultTimeout = 10 * time.Second
+		c.DefaultTimeout = sandpit.DefaultTimeout
 	}
 	if c.MaxTimeout <= 0 {
-		c.MaxTimeout = 60 * time.Second
+		c.MaxTimeout = sandpit.DefaultMaxTimeout
 	}
 	if c.MaxCodeBytes <= 0 {
 		c.MaxCodeBytes = 64 << 10

@@ -2,7 +2,6 @@ package mcp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -11,24 +10,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/sandpit-dev/sandpit/store/snapshot"
-	"github.com/sandpit-dev/sandpit/store/workspace"
 )
-
-// isWorkspaceError reports the workspace and snapshot errors the model can
-// act on (toolError shows them as they are).
-func isWorkspaceError(err error) bool {
-	for _, class := range []error{
-		workspace.ErrOutsideWorkspace, workspace.ErrInvalidPath, workspace.ErrNotFound,
-		workspace.ErrExists, workspace.ErrTooLarge, workspace.ErrNotRegular, workspace.ErrIsDir,
-		workspace.ErrNotDir, workspace.ErrQuota, workspace.ErrBusy,
-		snapshot.ErrNotFound, snapshot.ErrNoUndo,
-	} {
-		if errors.Is(err, class) {
-			return true
-		}
-	}
-	return false
-}
 
 // SnapshotStore records and restores the workspace. *snapshot.Bound
 // implements it.

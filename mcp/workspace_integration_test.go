@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/runtime"
 	"github.com/sandpit-dev/sandpit/store/snapshot"
 	"github.com/sandpit-dev/sandpit/store/workspace"
@@ -59,7 +60,7 @@ os.remove("data/in.txt")
 print(sorted(os.listdir(".")))
 `
 	out := f.run(t, "python", script)
-	if out.Status != runtime.StatusSuccess {
+	if out.Status != sandpit.StatusSuccess {
 		t.Fatalf("run: %s %s", out.Status, out.Stderr)
 	}
 	if out.Files == nil || !slices.Equal(out.Files.Created, []string{"out.csv", "plot.png"}) || !slices.Equal(out.Files.Deleted, []string{"data/in.txt"}) {
@@ -109,7 +110,7 @@ func TestRunQuotaAndTimeout(t *testing.T) {
 	// Twice the quota: the run gets ENOSPC inside, the host gets what fitted.
 	var res RunCodeResult
 	f.call(t, "run_code", map[string]any{"language": "bash", "code": "dd if=/dev/zero of=big bs=1M count=32"}, &res)
-	if res.Status != runtime.StatusError || !strings.Contains(res.Stderr, "No space left on device") {
+	if res.Status != sandpit.StatusError || !strings.Contains(res.Stderr, "No space left on device") {
 		t.Errorf("over-quota run: %s %q", res.Status, res.Stderr)
 	}
 	if fi, err := os.Stat(filepath.Join(ws.Dir(), "big")); err != nil || fi.Size() > quota {
@@ -129,7 +130,7 @@ func TestRunQuotaAndTimeout(t *testing.T) {
 	for {
 		select {
 		case r := <-done:
-			if r.Status != runtime.StatusTimeout {
+			if r.Status != sandpit.StatusTimeout {
 				t.Errorf("status %s, want timeout", r.Status)
 			}
 			// What the run wrote before the kill is there, as it left it

@@ -17,14 +17,8 @@ import (
 	"github.com/containerd/containerd/containers"
 	coci "github.com/containerd/containerd/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-)
 
-// Mount targets baked into the image: runc cannot create mountpoints in a
-// read-only rootfs, so every bind target must already exist there.
-const (
-	WorkspaceDir = "/workspace"   // the agent's files, read-write when attached
-	SourceDir    = "/sandpit/src" // the run's source file, read-only
-	BuildDir     = "/sandpit/out" // compiler output: written by the compile step, executed by the run step
+	"github.com/sandpit-dev/sandpit"
 )
 
 // Limits bound one sandbox. The zero value of a field means "use the default"
@@ -120,12 +114,6 @@ type Profile struct {
 	// Env is the complete environment; nothing is inherited from the host.
 	Env []string
 }
-
-// Sandbox user baked into the images.
-const (
-	SandboxUID = 1000
-	SandboxGID = 1000
-)
 
 // DefaultEnv is the environment of every sandboxed process.
 func DefaultEnv() []string {
@@ -376,7 +364,7 @@ func WithCPUs(cpus float64) coci.SpecOpts {
 func WithTmpfs(dst string, size int64, exec bool) coci.SpecOpts {
 	return func(_ context.Context, _ coci.Client, _ *containers.Container, s *coci.Spec) error {
 		opts := []string{"nosuid", "nodev", sizeOpt(size), inodesOpt(size),
-			"uid=" + strconv.Itoa(SandboxUID), "gid=" + strconv.Itoa(SandboxGID)}
+			"uid=" + strconv.Itoa(sandpit.SandboxUID), "gid=" + strconv.Itoa(sandpit.SandboxGID)}
 		if !exec {
 			opts = append(opts, "noexec")
 		}

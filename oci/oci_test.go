@@ -14,6 +14,8 @@ import (
 	"github.com/containerd/containerd/namespaces"
 	coci "github.com/containerd/containerd/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -22,8 +24,8 @@ func testProfile() Profile {
 	return Profile{
 		Limits: DefaultLimits(),
 		UserNS: &IDMap{HostBase: 1879048192, Size: 65536},
-		UID:    SandboxUID,
-		GID:    SandboxGID,
+		UID:    sandpit.SandboxUID,
+		GID:    sandpit.SandboxGID,
 	}
 }
 
@@ -80,7 +82,7 @@ func TestHardening(t *testing.T) {
 		{"no effective caps", len(s.Process.Capabilities.Effective) == 0},
 		{"no permitted caps", len(s.Process.Capabilities.Permitted) == 0},
 		{"no ambient caps", len(s.Process.Capabilities.Ambient) == 0},
-		{"non-root user", s.Process.User.UID == SandboxUID && s.Process.User.GID == SandboxGID},
+		{"non-root user", s.Process.User.UID == sandpit.SandboxUID && s.Process.User.GID == sandpit.SandboxGID},
 		{"seccomp set", s.Linux.Seccomp != nil && s.Linux.Seccomp.DefaultAction == specs.ActErrno},
 		{"memory limited", s.Linux.Resources.Memory != nil && *s.Linux.Resources.Memory.Limit == 512<<20},
 		{"no swap", *s.Linux.Resources.Memory.Swap == *s.Linux.Resources.Memory.Limit},
@@ -198,7 +200,7 @@ func TestRejectsUnsafeInput(t *testing.T) {
 }
 
 func TestBind(t *testing.T) {
-	s := mustGenerate(t, WithHardening(testProfile()), WithBind("/host/src", SourceDir, false, false), WithBind("/host/ws", WorkspaceDir, true, true))
+	s := mustGenerate(t, WithHardening(testProfile()), WithBind("/host/src", sandpit.SourceDir, false, false), WithBind("/host/ws", sandpit.WorkspaceDir, true, true))
 	src := s.Mounts[len(s.Mounts)-2]
 	ws := s.Mounts[len(s.Mounts)-1]
 	if !slices.Contains(src.Options, "ro") || !slices.Contains(src.Options, "noexec") {

@@ -24,8 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
-	"github.com/sandpit-dev/sandpit/oci"
 	"github.com/sandpit-dev/sandpit/runtime"
 )
 
@@ -73,13 +73,13 @@ func runAttacks(t *testing.T, r *runtime.Runtime, cases []attack) {
 			if tc.lang == "python" {
 				code = pySyscall + code
 			}
-			res := run(t, r, runtime.Request{Language: tc.lang, Code: code, Timeout: 30 * time.Second})
+			res := run(t, r, sandpit.Request{Language: tc.lang, Code: code, Timeout: 30 * time.Second})
 			checkMarkers(t, res, tc.want)
 		})
 	}
 }
 
-func checkMarkers(t *testing.T, res *runtime.Result, want []string) {
+func checkMarkers(t *testing.T, res *sandpit.Result, want []string) {
 	t.Helper()
 	got := res.Stdout + res.Stderr
 	if strings.Contains(got, "UNSAFE") {
@@ -213,7 +213,7 @@ func TestAttackReadOnlyFilesystem(t *testing.T) {
 		{"root", "bash", write("/x"), []string{"blocked", "Read-only file system"}},
 		{"usr", "bash", write("/usr/bin/python3"), []string{"blocked"}},
 		{"etc_passwd", "bash", write("/etc/passwd"), []string{"blocked"}},
-		{"source_dir", "bash", write(oci.SourceDir+"/main.sh") + `
+		{"source_dir", "bash", write(sandpit.SourceDir+"/main.sh") + `
 grep -qE ' /sandpit/src ro,' /proc/self/mountinfo && echo "mounted read-only" || echo "UNSAFE source mount is writable"`, []string{"blocked", "mounted read-only"}},
 		{"proc_sys", "bash", `if ( echo evil > /proc/sys/kernel/hostname ) 2>/dev/null; then echo UNSAFE; else echo blocked; fi; [ "$(hostname)" = sandpit ] && echo "hostname intact"`, []string{"blocked", "hostname intact"}},
 		{"sys", "bash", write("/sys/kernel/uevent_helper"), []string{"blocked"}},
@@ -257,9 +257,9 @@ if /tmp/rootsh -c true 2>/dev/null; then echo "UNSAFE exec from /tmp"; else echo
 func TestAttackHostUID(t *testing.T) {
 	r := newRuntime(t)
 	marker := "sandpit-uid-" + token(t)[:12]
-	done := make(chan *runtime.Result, 1)
+	done := make(chan *sandpit.Result, 1)
 	go func() {
-		res, _ := r.Run(context.Background(), runtime.Request{Language: "bash", Code: "exec -a " + marker + " sleep 8", Timeout: 30 * time.Second})
+		res, _ := r.Run(context.Background(), sandpit.Request{Language: "bash", Code: "exec -a " + marker + " sleep 8", Timeout: 30 * time.Second})
 		done <- res
 	}()
 	var procs []string
@@ -434,7 +434,7 @@ for d in /proc/[0-9]*; do try "$d/cwd/sandpit-canary"; ls "$d/root/root" 2>/dev/
 find / -xdev -name 'sandpit-canary-*' 2>/dev/null | while read -r f; do echo "found $f"; try "$f"; done
 find /proc/1/root/ -maxdepth 3 -name 'sandpit-canary-*' 2>/dev/null | while read -r f; do try "$f"; done
 echo "search done"`, strings.Join(canaries, " "))
-	res := run(t, r, runtime.Request{Language: "bash", Code: code, Timeout: 60 * time.Second})
+	res := run(t, r, sandpit.Request{Language: "bash", Code: code, Timeout: 60 * time.Second})
 	if strings.Contains(res.Stdout+res.Stderr, secret) {
 		t.Errorf("host canary token leaked into the sandbox:\n%s", res.Stdout)
 	}
@@ -447,7 +447,7 @@ func TestAttackHostEnvToken(t *testing.T) {
 	secret := token(t)
 	t.Setenv("SANDPIT_ATTACK_TOKEN", secret)
 	r := newRuntime(t)
-	res := run(t, r, runtime.Request{Language: "bash", Code: `env; echo; tr '\0' '\n' < /proc/1/environ; tr '\0' '\n' < /proc/self/environ
+	res := run(t, r, sandpit.Request{Language: "bash", Code: `env; echo; tr '\0' '\n' < /proc/1/environ; tr '\0' '\n' < /proc/self/environ
 for f in /proc/[0-9]*/environ; do tr '\0' '\n' < "$f"; done 2>/dev/null
 python3 -c 'import os; print(dict(os.environ))'
 echo "env dumped"`})
@@ -463,9 +463,9 @@ echo "env dumped"`})
 func TestAttackOtherSandboxFiles(t *testing.T) {
 	secret := token(t)
 	r := newRuntime(t)
-	victim := make(chan *runtime.Result, 1)
+	victim := make(chan *sandpit.Result, 1)
 	go func() {
-		res, err := r.Run(t.Context(), runtime.Request{Language: "python", Timeout: 30 * time.Second, Code: fmt.Sprintf(`import time, sys
+		res, err := r.Run(t.Context(), sandpit.Request{Language: "python", Timeout: 30 * time.Second, Code: fmt.Sprintf(`import time, sys
 for p in ["/tmp/sandpit-canary-victim", "/dev/shm/sandpit-canary-victim"]:
     open(p, "w").write(%q)
 print("written"); sys.stdout.flush()
@@ -477,7 +477,7 @@ time.sleep(6)
 		victim <- res
 	}()
 	time.Sleep(2 * time.Second) // the victim is up and has written by now (the attacker's own start adds more)
-	res := run(t, r, runtime.Request{Language: "bash", Code: `try() { if out=$(head -c 200 "$1" 2>/dev/null); then echo "read $1: $out"; fi; }
+	res := run(t, r, sandpit.Request{Language: "bash", Code: `try() { if out=$(head -c 200 "$1" 2>/dev/null); then echo "read $1: $out"; fi; }
 try /tmp/sandpit-canary-victim; try /dev/shm/sandpit-canary-victim
 for d in /proc/[0-9]*; do try "$d/root/tmp/sandpit-canary-victim"; done
 find / -xdev -name 'sandpit-canary-*' 2>/dev/null | while read -r f; do try "$f"; done
@@ -558,8 +558,8 @@ for d in /sys/firmware /sys/kernel /sys/fs; do [ -z "$(ls -A $d 2>/dev/null)" ] 
 func TestAttackInfiniteLoop(t *testing.T) {
 	r := newRuntime(t)
 	marker := "sandpit-loop-" + token(t)[:12]
-	res := run(t, r, runtime.Request{Language: "bash", Code: "exec -a " + marker + " python3 -c 'while True: pass'", Timeout: 2 * time.Second})
-	if res.Status != runtime.StatusTimeout {
+	res := run(t, r, sandpit.Request{Language: "bash", Code: "exec -a " + marker + " python3 -c 'while True: pass'", Timeout: 2 * time.Second})
+	if res.Status != sandpit.StatusTimeout {
 		t.Errorf("status = %s, want timeout", res.Status)
 	}
 	r.Settle() // deletion finishes in the background after Run returns
@@ -577,18 +577,18 @@ func TestAttackOrphanedProcesses(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		tail    string
-		status  runtime.Status
+		status  sandpit.Status
 		timeout time.Duration
 	}{
 		// Generous: on a loaded host the exit may take a while to arrive.
-		{"after_exit", "echo started", runtime.StatusSuccess, 20 * time.Second},
-		{"after_timeout", "echo started; sleep 600", runtime.StatusTimeout, 3 * time.Second},
+		{"after_exit", "echo started", sandpit.StatusSuccess, 20 * time.Second},
+		{"after_timeout", "echo started; sleep 600", sandpit.StatusTimeout, 3 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			marker := "sandpit-orphan-" + token(t)[:12]
 			code := fmt.Sprintf(`( trap '' HUP TERM; setsid bash -c 'exec -a %s sleep 600' & ) &
 sleep 0.5; %s`, marker, tc.tail)
-			res := run(t, r, runtime.Request{Language: "bash", Code: code, Timeout: tc.timeout})
+			res := run(t, r, sandpit.Request{Language: "bash", Code: code, Timeout: tc.timeout})
 			if res.Status != tc.status || !strings.Contains(res.Stdout, "started") {
 				t.Fatalf("status %s stdout %q, want %s after starting the daemon", res.Status, res.Stdout, tc.status)
 			}
@@ -610,8 +610,8 @@ func TestAttackMemoryBomb(t *testing.T) {
 		{"heap_in_child", "bash", "python3 -c 'x = bytearray(512 << 20)'; echo survived"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := run(t, r, runtime.Request{Language: tc.lang, Code: tc.code})
-			if res.Status != runtime.StatusOOM || !res.Usage.OOMKilled {
+			res := run(t, r, sandpit.Request{Language: tc.lang, Code: tc.code})
+			if res.Status != sandpit.StatusOOM || !res.Usage.OOMKilled {
 				t.Errorf("status %s usage %+v, want oom", res.Status, res.Usage)
 			}
 			if res.Usage.MemoryPeakBytes > uint64(res.Limits.MemoryBytes)+(1<<20) {
@@ -625,7 +625,7 @@ func TestAttackMemoryBomb(t *testing.T) {
 // at the pids limit.
 func TestAttackPidsLimit(t *testing.T) {
 	r := newRuntime(t)
-	res := run(t, r, runtime.Request{Language: "python", Code: `import os, time, signal, errno
+	res := run(t, r, sandpit.Request{Language: "python", Code: `import os, time, signal, errno
 pids, err = [], "none"
 for i in range(600):
     try:
@@ -653,21 +653,21 @@ for p in pids:
 // and killed at its timeout, and a normal call made meanwhile still answers.
 func TestAttackForkBomb(t *testing.T) {
 	r := newRuntime(t)
-	bomb := make(chan *runtime.Result, 1)
+	bomb := make(chan *sandpit.Result, 1)
 	go func() {
-		res, err := r.Run(t.Context(), runtime.Request{Language: "bash", Code: "f(){ f | f & }; f 2>/dev/null; sleep 30", Timeout: 8 * time.Second})
+		res, err := r.Run(t.Context(), sandpit.Request{Language: "bash", Code: "f(){ f | f & }; f 2>/dev/null; sleep 30", Timeout: 8 * time.Second})
 		if err != nil {
 			t.Error(err)
 		}
 		bomb <- res
 	}()
 	time.Sleep(2 * time.Second)
-	res := run(t, r, runtime.Request{Language: "python", Code: "print('still answering')", Timeout: 30 * time.Second})
-	if res.Status != runtime.StatusSuccess || res.Stdout != "still answering\n" {
+	res := run(t, r, sandpit.Request{Language: "python", Code: "print('still answering')", Timeout: 30 * time.Second})
+	if res.Status != sandpit.StatusSuccess || res.Stdout != "still answering\n" {
 		t.Errorf("call during the fork bomb: status %s stdout %q stderr %q", res.Status, res.Stdout, res.Stderr)
 	}
 	b := <-bomb
-	if b == nil || b.Status != runtime.StatusTimeout {
+	if b == nil || b.Status != sandpit.StatusTimeout {
 		t.Errorf("fork bomb result %+v, want timeout", b)
 	}
 }
@@ -701,11 +701,11 @@ func vmHWM(t *testing.T, reset bool) int64 {
 func TestAttackOutputFlood(t *testing.T) {
 	r := newRuntime(t)
 	before := vmHWM(t, true)
-	res := run(t, r, runtime.Request{Language: "bash", Timeout: 90 * time.Second,
+	res := run(t, r, sandpit.Request{Language: "bash", Timeout: 90 * time.Second,
 		Code: "head -c 1073741824 /dev/zero & seq 100000 | sed 's/^/stderr line /' >&2; wait; echo flood-done >&2"})
 	growth := vmHWM(t, false) - before
 	t.Logf("peak RSS grew by %d KiB during a 1 GiB flood", growth>>10)
-	if res.Status != runtime.StatusSuccess {
+	if res.Status != sandpit.StatusSuccess {
 		t.Fatalf("status %s: want the flood drained to completion", res.Status)
 	}
 	if res.StdoutBytes != 1<<30 || !res.StdoutTruncated || int64(len(res.Stdout)) > res.Limits.OutputBytes+200 {
@@ -771,7 +771,7 @@ print(f"count={total} stopped_by={err}")
 `, lim.FileSizeBytes, "EFBIG"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := run(t, r, runtime.Request{Language: "python", Code: tc.code, Timeout: 60 * time.Second})
+			res := run(t, r, sandpit.Request{Language: "python", Code: tc.code, Timeout: 60 * time.Second})
 			var n int64
 			var stoppedBy string
 			if _, err := fmt.Sscanf(strings.TrimSpace(res.Stdout), "count=%d stopped_by=%s", &n, &stoppedBy); err != nil {
@@ -791,7 +791,7 @@ print(f"count={total} stopped_by={err}")
 	t.Logf("host free disk moved by %d MiB while sandboxes tried to write 4 GiB", (int64(hostBefore.Bavail)-int64(hostAfter.Bavail))*hostAfter.Bsize>>20)
 
 	t.Run("no_writable_disk_mount", func(t *testing.T) {
-		res := run(t, r, runtime.Request{Language: "python", Code: `# Every writable mount must be memory-backed (and so size-limited and
+		res := run(t, r, sandpit.Request{Language: "python", Code: `# Every writable mount must be memory-backed (and so size-limited and
 # charged to the memory cgroup) or a pseudo filesystem.
 ok = {"tmpfs", "proc", "devpts", "mqueue", "sysfs", "devtmpfs"}
 for line in open("/proc/self/mountinfo"):
@@ -811,7 +811,7 @@ print("checked mounts")
 // fill) while a ninth ordinary call still answers correctly.
 func TestAttackParallel(t *testing.T) {
 	r := newRuntime(t, func(c *runtime.Config) { c.Limits.MemoryBytes = 256 << 20 })
-	attacks := []runtime.Request{
+	attacks := []sandpit.Request{
 		{Language: "bash", Code: "f(){ f | f & }; f 2>/dev/null; sleep 30"},
 		{Language: "python", Code: "while True: pass"},
 		{Language: "python", Code: "b = []\nwhile True:\n    b.append(bytearray(16 << 20))\n"},
@@ -826,7 +826,7 @@ func TestAttackParallel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup
-	results := make([]*runtime.Result, len(attacks))
+	results := make([]*sandpit.Result, len(attacks))
 	for i, req := range attacks {
 		wg.Add(1)
 		go func() {
@@ -840,11 +840,11 @@ func TestAttackParallel(t *testing.T) {
 		}()
 	}
 	time.Sleep(2 * time.Second)
-	res, err := r.Run(ctx, runtime.Request{Language: "python", Code: "print(sum(range(10)))", Timeout: 60 * time.Second})
+	res, err := r.Run(ctx, sandpit.Request{Language: "python", Code: "print(sum(range(10)))", Timeout: 60 * time.Second})
 	if err != nil {
 		t.Fatalf("ninth call: %v", err)
 	}
-	if res.Status != runtime.StatusSuccess || res.Stdout != "45\n" {
+	if res.Status != sandpit.StatusSuccess || res.Stdout != "45\n" {
 		t.Errorf("ninth call: status %s stdout %q stderr %q", res.Status, res.Stdout, res.Stderr)
 	}
 	wg.Wait()
@@ -853,7 +853,7 @@ func TestAttackParallel(t *testing.T) {
 			continue
 		}
 		switch res.Status {
-		case runtime.StatusTimeout, runtime.StatusOOM, runtime.StatusError:
+		case sandpit.StatusTimeout, sandpit.StatusOOM, sandpit.StatusError:
 		default:
 			t.Errorf("attack %d (%.30q) ended %s, want it contained (timeout, oom or error)", i, attacks[i].Code, res.Status)
 		}

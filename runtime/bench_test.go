@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/bench"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 	"github.com/sandpit-dev/sandpit/runtime"
@@ -71,14 +72,14 @@ func (t *timings) report(b *testing.B) {
 	b.ReportMetric(float64(s.P90)/1e6, "ms-p90")
 }
 
-func runOnce(b *testing.B, r *runtime.Runtime, t *timings, req runtime.Request, want string) {
+func runOnce(b *testing.B, r *runtime.Runtime, t *timings, req sandpit.Request, want string) {
 	t0 := time.Now()
 	res, err := r.Run(b.Context(), req)
 	t.add(time.Since(t0))
 	if err != nil {
 		b.Fatal(err)
 	}
-	if res.Status != runtime.StatusSuccess || res.Stdout != want {
+	if res.Status != sandpit.StatusSuccess || res.Stdout != want {
 		b.Fatalf("status %s, stdout %q, stderr %q; want success, %q", res.Status, res.Stdout, res.Stderr, want)
 	}
 }
@@ -87,7 +88,7 @@ func runOnce(b *testing.B, r *runtime.Runtime, t *timings, req runtime.Request, 
 // delete a sandbox.
 func BenchmarkRunPython(b *testing.B) {
 	r := benchRuntime(b)
-	req := runtime.Request{Language: "python", Code: "print(1)"}
+	req := sandpit.Request{Language: "python", Code: "print(1)"}
 	runOnce(b, r, &timings{}, req, "1\n") // connect, sweep and cache the image outside the timing
 	var t timings
 	for b.Loop() {
@@ -101,7 +102,7 @@ func BenchmarkRunPython(b *testing.B) {
 // throughput.
 func BenchmarkRunParallel(b *testing.B) {
 	r := benchRuntime(b)
-	req := runtime.Request{Language: "python", Code: "print(1)"}
+	req := sandpit.Request{Language: "python", Code: "print(1)"}
 	runOnce(b, r, &timings{}, req, "1\n")
 	var t timings
 	b.RunParallel(func(pb *testing.PB) {
@@ -115,7 +116,7 @@ func BenchmarkRunParallel(b *testing.B) {
 // BenchmarkRunC compiles and runs a C hello world: two sandboxes per run.
 func BenchmarkRunC(b *testing.B) {
 	r := benchRuntime(b)
-	req := runtime.Request{Language: "c", Code: "#include <stdio.h>\nint main(void) { puts(\"1\"); return 0; }\n"}
+	req := sandpit.Request{Language: "c", Code: "#include <stdio.h>\nint main(void) { puts(\"1\"); return 0; }\n"}
 	runOnce(b, r, &timings{}, req, "1\n")
 	var t timings
 	for b.Loop() {

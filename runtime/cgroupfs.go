@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // cgroupFS reads a sandbox's counters straight from the cgroup filesystem:
@@ -37,7 +39,7 @@ func newCgroupFS() *cgroupFS {
 
 // usage reads the counters of the cgroup at path (as in the OCI spec's
 // cgroupsPath). ok is false when they cannot all be read.
-func (c *cgroupFS) usage(path string) (u Usage, ok bool) {
+func (c *cgroupFS) usage(path string) (u sandpit.Usage, ok bool) {
 	if mem, cpu := c.v1["memory"], c.v1["cpuacct"]; mem != "" && cpu != "" {
 		peak, err1 := readUint(filepath.Join(mem, path, "memory.max_usage_in_bytes"))
 		oom, err2 := readKey(filepath.Join(mem, path, "memory.oom_control"), "oom_kill")

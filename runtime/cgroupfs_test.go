@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 func writeFiles(t *testing.T, root string, files map[string]string) {
@@ -38,15 +40,15 @@ func TestCgroupFSUsage(t *testing.T) {
 	tests := []struct {
 		name string
 		fs   *cgroupFS
-		want Usage
+		want sandpit.Usage
 		ok   bool
 	}{
 		{"v1", &cgroupFS{v1: map[string]string{"memory": filepath.Join(v1, "memory"), "cpuacct": filepath.Join(v1, "cpuacct"), "pids": filepath.Join(v1, "pids")}},
-			Usage{CPUUserMS: 1500, CPUSystemMS: 250, MemoryPeakBytes: 128 << 20, OOMKilled: true, PidsCurrent: 3}, true},
+			sandpit.Usage{CPUUserMS: 1500, CPUSystemMS: 250, MemoryPeakBytes: 128 << 20, OOMKilled: true, PidsCurrent: 3}, true},
 		{"v2", &cgroupFS{v1: map[string]string{}, v2: v2},
-			Usage{CPUUserMS: 0, CPUSystemMS: 0, MemoryPeakBytes: 1 << 20}, true},
-		{"v1 files missing", &cgroupFS{v1: map[string]string{"memory": filepath.Join(v1, "nope"), "cpuacct": filepath.Join(v1, "cpuacct")}}, Usage{}, false},
-		{"no cgroups", &cgroupFS{v1: map[string]string{}}, Usage{}, false},
+			sandpit.Usage{CPUUserMS: 0, CPUSystemMS: 0, MemoryPeakBytes: 1 << 20}, true},
+		{"v1 files missing", &cgroupFS{v1: map[string]string{"memory": filepath.Join(v1, "nope"), "cpuacct": filepath.Join(v1, "cpuacct")}}, sandpit.Usage{}, false},
+		{"no cgroups", &cgroupFS{v1: map[string]string{}}, sandpit.Usage{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/containerd/containerd"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // SystemAddress is where a distribution's containerd listens.
@@ -94,13 +96,13 @@ func (d PrivateDaemon) Start(ctx context.Context, log *slog.Logger) error {
 	d.defaults()
 	bin, err := exec.LookPath("containerd")
 	if err != nil {
-		return fmt.Errorf("containerd is not installed (hint: `sudo apt-get install containerd runc`, or scripts/install-deps.sh): %w", err)
+		return sandpit.WithHint(fmt.Errorf("containerd is not installed: %w", errors.Join(ErrUnavailable, err)), "`sudo apt-get install containerd runc`, or scripts/install-deps.sh")
 	}
 	if _, err := exec.LookPath("runc"); err != nil {
-		return fmt.Errorf("runc is not installed (hint: `sudo apt-get install runc`): %w", err)
+		return sandpit.WithHint(fmt.Errorf("runc is not installed: %w", errors.Join(ErrUnavailable, err)), "`sudo apt-get install runc`")
 	}
 	if os.Geteuid() != 0 {
-		return errors.New("starting a private containerd needs root (hint: run as root, or see `sandpit doctor` for rootless mode)")
+		return sandpit.WithHint(fmt.Errorf("starting a private containerd needs root: %w", ErrUnavailable), "run as root, or see `sandpit doctor` for rootless mode")
 	}
 	for _, dir := range []string{d.Dir, d.Root} {
 		if err := os.MkdirAll(dir, 0o711); err != nil {

@@ -1,19 +1,19 @@
 package runtime
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
-// Sentinel classes callers branch on with errors.Is. Anything the caller (or
-// the model behind it) can fix is one of these; other errors mean the server
-// or its host is broken.
+// Sentinels callers branch on with errors.Is; each is of a sandpit error
+// class, which is all the MCP boundary looks at.
 var (
-	ErrInvalidRequest      = errors.New("invalid request")
-	ErrUnknownLanguage     = errors.New("unknown language")
-	ErrImageMissing        = errors.New("image not available")
-	ErrUnavailable         = errors.New("container runtime unavailable")
-	ErrLimitsUnenforceable = errors.New("resource limits cannot be enforced on this host")
+	ErrInvalidRequest      = sandpit.Define(sandpit.ErrInvalidArgument, "invalid request")
+	ErrUnknownLanguage     = sandpit.Define(sandpit.ErrInvalidArgument, "unknown language")
+	ErrImageMissing        = sandpit.Define(sandpit.ErrUnavailable, "image not available")
+	ErrUnavailable         = sandpit.Define(sandpit.ErrUnavailable, "container runtime unavailable")
+	ErrLimitsUnenforceable = sandpit.Define(sandpit.ErrUnavailable, "resource limits cannot be enforced on this host")
 )
 
 // UnavailableError says which containerd address failed and how to fix it.
@@ -23,7 +23,12 @@ type UnavailableError struct {
 }
 
 func (e *UnavailableError) Error() string {
-	return fmt.Sprintf("containerd is not reachable at %s: %v (hint: start it with `sudo scripts/containerd.sh start`, or run `sandpit doctor`)", e.Address, e.Err)
+	return fmt.Sprintf("containerd is not reachable at %s: %v", e.Address, e.Err)
+}
+
+// Hint says how to fix it.
+func (e *UnavailableError) Hint() string {
+	return "start it with `sudo scripts/containerd.sh start`, or run `sandpit doctor`"
 }
 
 func (e *UnavailableError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"path/filepath"
 	"strings"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // Health reports whether containerd answers and which images are ready. It
 // dials when needed and never waits longer than the dial timeout.
-func (r *Runtime) Health(ctx context.Context) HealthReport {
-	rep := HealthReport{
+func (r *Runtime) Health(ctx context.Context) sandpit.HealthReport {
+	rep := sandpit.HealthReport{
 		ContainerdAddress: r.cfg.Address,
 		Namespace:         r.cfg.Namespace,
 		Runtime:           filepath.Base(r.cfg.RuncBinary),
@@ -31,7 +33,7 @@ func (r *Runtime) Health(ctx context.Context) HealthReport {
 			continue
 		}
 		seen[l.Image] = true
-		st := ImageStatus{Ref: l.Image}
+		st := sandpit.ImageStatus{Ref: l.Image}
 		if labels, ok := versions[l.Image]; ok {
 			st.Present = true
 			st.Versions = map[string]string{}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/runtime"
 )
 
@@ -44,28 +45,28 @@ print("zombies", z)`
 	}
 	tests := []struct {
 		name   string
-		req    runtime.Request
-		status runtime.Status
+		req    sandpit.Request
+		status sandpit.Status
 		exit   int
 		stdout string
 		stderr string // a substring
 	}{
-		{"c assert is SIGABRT", runtime.Request{Language: "c", Code: "#include <assert.h>\nint main(void) { assert(1 == 2); return 0; }\n"},
-			runtime.StatusError, 134, "", "Assertion `1 == 2' failed"},
-		{"cpp uncaught exception is SIGABRT", runtime.Request{Language: "cpp", Code: "#include <stdexcept>\nint main() { throw std::runtime_error(\"boom\"); }\n"},
-			runtime.StatusError, 134, "", "boom"},
-		{"python SIGTERM to itself", runtime.Request{Language: "python", Code: "import os, signal\nprint('before', flush=True)\nos.kill(os.getpid(), signal.SIGTERM)\nprint('still alive')"},
-			runtime.StatusError, 143, "before\n", ""},
-		{"bash kill -TERM $$", runtime.Request{Language: "bash", Code: "echo before; kill -TERM $$; echo still alive"},
-			runtime.StatusError, 143, "before\n", ""},
-		{"not PID 1, parent is init", runtime.Request{Language: "python", Code: "import os; print(os.getpid() != 1, os.getppid())"},
-			runtime.StatusSuccess, 0, "True 1\n", ""},
-		{"exit code passes through", runtime.Request{Language: "c", Code: "int main(void) { return 42; }"},
-			runtime.StatusError, 42, "", ""},
-		{"SIGINT is KeyboardInterrupt", runtime.Request{Language: "python", Code: "import os, signal, time\ntry:\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(5)\nexcept KeyboardInterrupt:\n    print('interrupted')"},
-			runtime.StatusSuccess, 0, "interrupted\n", ""},
-		{"orphans are reaped", runtime.Request{Language: "python", Code: orphans},
-			runtime.StatusSuccess, 0, "zombies 0\n", ""},
+		{"c assert is SIGABRT", sandpit.Request{Language: "c", Code: "#include <assert.h>\nint main(void) { assert(1 == 2); return 0; }\n"},
+			sandpit.StatusError, 134, "", "Assertion `1 == 2' failed"},
+		{"cpp uncaught exception is SIGABRT", sandpit.Request{Language: "cpp", Code: "#include <stdexcept>\nint main() { throw std::runtime_error(\"boom\"); }\n"},
+			sandpit.StatusError, 134, "", "boom"},
+		{"python SIGTERM to itself", sandpit.Request{Language: "python", Code: "import os, signal\nprint('before', flush=True)\nos.kill(os.getpid(), signal.SIGTERM)\nprint('still alive')"},
+			sandpit.StatusError, 143, "before\n", ""},
+		{"bash kill -TERM $$", sandpit.Request{Language: "bash", Code: "echo before; kill -TERM $$; echo still alive"},
+			sandpit.StatusError, 143, "before\n", ""},
+		{"not PID 1, parent is init", sandpit.Request{Language: "python", Code: "import os; print(os.getpid() != 1, os.getppid())"},
+			sandpit.StatusSuccess, 0, "True 1\n", ""},
+		{"exit code passes through", sandpit.Request{Language: "c", Code: "int main(void) { return 42; }"},
+			sandpit.StatusError, 42, "", ""},
+		{"SIGINT is KeyboardInterrupt", sandpit.Request{Language: "python", Code: "import os, signal, time\ntry:\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(5)\nexcept KeyboardInterrupt:\n    print('interrupted')"},
+			sandpit.StatusSuccess, 0, "interrupted\n", ""},
+		{"orphans are reaped", sandpit.Request{Language: "python", Code: orphans},
+			sandpit.StatusSuccess, 0, "zombies 0\n", ""},
 	}
 	for name, r := range runtimes {
 		t.Run(name, func(t *testing.T) {

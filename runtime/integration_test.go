@@ -17,8 +17,8 @@ import (
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/snapshots"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
-	"github.com/sandpit-dev/sandpit/oci"
 	"github.com/sandpit-dev/sandpit/runtime"
 )
 
@@ -82,7 +82,7 @@ func assertNothingLeft(t *testing.T, addr, instance string) {
 	}
 }
 
-func run(t *testing.T, r *runtime.Runtime, req runtime.Request) *runtime.Result {
+func run(t *testing.T, r *runtime.Runtime, req sandpit.Request) *sandpit.Result {
 	t.Helper()
 	if req.Timeout == 0 {
 		// Generous: it only bounds a broken run, and filling 512 MiB to an
@@ -100,28 +100,28 @@ func TestRunPrograms(t *testing.T) {
 	r := newRuntime(t)
 	tests := []struct {
 		name      string
-		req       runtime.Request
-		status    runtime.Status
+		req       sandpit.Request
+		status    sandpit.Status
 		exit      int
 		stdout    string // exact, unless empty
 		stderrHas string
 		stdoutHas string
 	}{
-		{name: "python ok", req: runtime.Request{Language: "python", Code: "print('ok')"}, status: runtime.StatusSuccess, stdout: "ok\n"},
-		{name: "python exit 3", req: runtime.Request{Language: "python", Code: "import sys; sys.exit(3)"}, status: runtime.StatusError, exit: 3},
-		{name: "python exception", req: runtime.Request{Language: "Python", Code: "def f():\n    raise ValueError('boom')\nf()\n"}, status: runtime.StatusError, exit: 1, stderrHas: "ValueError: boom"},
-		{name: "python stdin", req: runtime.Request{Language: "python", Code: "import sys; print(sys.stdin.read().upper(), end='')", Stdin: []byte("hello\n")}, status: runtime.StatusSuccess, stdout: "HELLO\n"},
+		{name: "python ok", req: sandpit.Request{Language: "python", Code: "print('ok')"}, status: sandpit.StatusSuccess, stdout: "ok\n"},
+		{name: "python exit 3", req: sandpit.Request{Language: "python", Code: "import sys; sys.exit(3)"}, status: sandpit.StatusError, exit: 3},
+		{name: "python exception", req: sandpit.Request{Language: "Python", Code: "def f():\n    raise ValueError('boom')\nf()\n"}, status: sandpit.StatusError, exit: 1, stderrHas: "ValueError: boom"},
+		{name: "python stdin", req: sandpit.Request{Language: "python", Code: "import sys; print(sys.stdin.read().upper(), end='')", Stdin: []byte("hello\n")}, status: sandpit.StatusSuccess, stdout: "HELLO\n"},
 		// The program exits without reading its (large) stdin: its exit
 		// status must still be the one reported.
-		{name: "exit without reading stdin", req: runtime.Request{Language: "python", Code: "import sys; sys.exit(3)", Stdin: []byte(strings.Repeat("x", 1<<20))}, status: runtime.StatusError, exit: 3},
-		{name: "python args", req: runtime.Request{Language: "python", Code: "import sys; print(sys.argv[1:], __name__)", Args: []string{"a", "b c"}}, status: runtime.StatusSuccess, stdout: "['a', 'b c'] __main__\n"},
-		{name: "python json module", req: runtime.Request{Language: "python", Code: "import json, ctypes; print(json.dumps({'a': 1}))"}, status: runtime.StatusSuccess, stdout: "{\"a\": 1}\n"},
-		{name: "c hello", req: runtime.Request{Language: "c", Code: "#include <stdio.h>\nint main(void){puts(\"hello c\");return 0;}\n"}, status: runtime.StatusSuccess, stdout: "hello c\n"},
-		{name: "c exit code", req: runtime.Request{Language: "c", Code: "int main(void){return 7;}\n"}, status: runtime.StatusError, exit: 7},
-		{name: "c syntax error", req: runtime.Request{Language: "c", Code: "int main(void){ return 0 }\n"}, status: runtime.StatusCompileError, exit: 1, stderrHas: "error"},
-		{name: "cpp hello", req: runtime.Request{Language: "cpp", Code: "#include <iostream>\nint main(){std::cout << \"hello cpp\" << std::endl;}\n"}, status: runtime.StatusSuccess, stdout: "hello cpp\n"},
-		{name: "cpp syntax error", req: runtime.Request{Language: "C++", Code: "int main( { }\n"}, status: runtime.StatusCompileError, exit: 1, stderrHas: "error"},
-		{name: "bash", req: runtime.Request{Language: "bash", Code: "echo \"$((6*7))\"; echo err >&2; exit 4"}, status: runtime.StatusError, exit: 4, stdout: "42\n", stderrHas: "err"},
+		{name: "exit without reading stdin", req: sandpit.Request{Language: "python", Code: "import sys; sys.exit(3)", Stdin: []byte(strings.Repeat("x", 1<<20))}, status: sandpit.StatusError, exit: 3},
+		{name: "python args", req: sandpit.Request{Language: "python", Code: "import sys; print(sys.argv[1:], __name__)", Args: []string{"a", "b c"}}, status: sandpit.StatusSuccess, stdout: "['a', 'b c'] __main__\n"},
+		{name: "python json module", req: sandpit.Request{Language: "python", Code: "import json, ctypes; print(json.dumps({'a': 1}))"}, status: sandpit.StatusSuccess, stdout: "{\"a\": 1}\n"},
+		{name: "c hello", req: sandpit.Request{Language: "c", Code: "#include <stdio.h>\nint main(void){puts(\"hello c\");return 0;}\n"}, status: sandpit.StatusSuccess, stdout: "hello c\n"},
+		{name: "c exit code", req: sandpit.Request{Language: "c", Code: "int main(void){return 7;}\n"}, status: sandpit.StatusError, exit: 7},
+		{name: "c syntax error", req: sandpit.Request{Language: "c", Code: "int main(void){ return 0 }\n"}, status: sandpit.StatusCompileError, exit: 1, stderrHas: "error"},
+		{name: "cpp hello", req: sandpit.Request{Language: "cpp", Code: "#include <iostream>\nint main(){std::cout << \"hello cpp\" << std::endl;}\n"}, status: sandpit.StatusSuccess, stdout: "hello cpp\n"},
+		{name: "cpp syntax error", req: sandpit.Request{Language: "C++", Code: "int main( { }\n"}, status: sandpit.StatusCompileError, exit: 1, stderrHas: "error"},
+		{name: "bash", req: sandpit.Request{Language: "bash", Code: "echo \"$((6*7))\"; echo err >&2; exit 4"}, status: sandpit.StatusError, exit: 4, stdout: "42\n", stderrHas: "err"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -145,9 +145,9 @@ func TestRunPrograms(t *testing.T) {
 func TestTimeoutKillsAndCleansUp(t *testing.T) {
 	r := newRuntime(t)
 	start := time.Now()
-	res := run(t, r, runtime.Request{Language: "python", Code: "while True: pass", Timeout: 2 * time.Second})
+	res := run(t, r, sandpit.Request{Language: "python", Code: "while True: pass", Timeout: 2 * time.Second})
 	took := time.Since(start)
-	if res.Status != runtime.StatusTimeout {
+	if res.Status != sandpit.StatusTimeout {
 		t.Fatalf("status = %s, want timeout", res.Status)
 	}
 	if took < 2*time.Second {
@@ -172,8 +172,8 @@ func TestTimeoutKillsAndCleansUp(t *testing.T) {
 
 func TestOutputIsCapped(t *testing.T) {
 	r := newRuntime(t)
-	res := run(t, r, runtime.Request{Language: "python", Code: "import sys\nsys.stdout.write('x' * 200 * 1024)\nsys.stderr.write('y' * 10)\n"})
-	if res.Status != runtime.StatusSuccess {
+	res := run(t, r, sandpit.Request{Language: "python", Code: "import sys\nsys.stdout.write('x' * 200 * 1024)\nsys.stderr.write('y' * 10)\n"})
+	if res.Status != sandpit.StatusSuccess {
 		t.Fatalf("status = %s: %s", res.Status, res.Stderr)
 	}
 	if !res.StdoutTruncated || res.StdoutBytes != 200*1024 {
@@ -194,8 +194,8 @@ func TestOutputFloodIsDrained(t *testing.T) {
 	r := newRuntime(t)
 	// 1 GiB to stdout: the copier must keep draining (or the program would
 	// block on a full pipe) while keeping only the cap.
-	res := run(t, r, runtime.Request{Language: "bash", Code: "head -c 1073741824 /dev/zero; echo done >&2", Timeout: 50 * time.Second})
-	if res.Status != runtime.StatusSuccess || !strings.Contains(res.Stderr, "done") {
+	res := run(t, r, sandpit.Request{Language: "bash", Code: "head -c 1073741824 /dev/zero; echo done >&2", Timeout: 50 * time.Second})
+	if res.Status != sandpit.StatusSuccess || !strings.Contains(res.Stderr, "done") {
 		t.Fatalf("status %s stderr %q: want success after a drained flood", res.Status, res.Stderr)
 	}
 	if res.StdoutBytes != 1<<30 || !res.StdoutTruncated {
@@ -205,8 +205,8 @@ func TestOutputFloodIsDrained(t *testing.T) {
 
 func TestMemoryHogIsOOM(t *testing.T) {
 	r := newRuntime(t, func(c *runtime.Config) { c.Limits.MemoryBytes = 128 << 20; c.Limits.TmpfsBytes = 16 << 20 })
-	res := run(t, r, runtime.Request{Language: "python", Code: "b = []\nwhile True:\n    b.append(bytearray(16 << 20))\n"})
-	if res.Status != runtime.StatusOOM || !res.Usage.OOMKilled {
+	res := run(t, r, sandpit.Request{Language: "python", Code: "b = []\nwhile True:\n    b.append(bytearray(16 << 20))\n"})
+	if res.Status != sandpit.StatusOOM || !res.Usage.OOMKilled {
 		t.Fatalf("status = %s usage %+v, want oom\nstderr: %s", res.Status, res.Usage, res.Stderr)
 	}
 	if res.Usage.MemoryPeakBytes < 64<<20 {
@@ -217,8 +217,8 @@ func TestMemoryHogIsOOM(t *testing.T) {
 func TestChildOOMIsDetected(t *testing.T) {
 	// Only a child dies; the program itself exits 0. Exit codes alone would miss it.
 	r := newRuntime(t, func(c *runtime.Config) { c.Limits.MemoryBytes = 128 << 20; c.Limits.TmpfsBytes = 16 << 20 })
-	res := run(t, r, runtime.Request{Language: "bash", Code: "python3 -c 'x = bytearray(512 << 20)' ; exit 0"})
-	if res.Status != runtime.StatusOOM {
+	res := run(t, r, sandpit.Request{Language: "bash", Code: "python3 -c 'x = bytearray(512 << 20)' ; exit 0"})
+	if res.Status != sandpit.StatusOOM {
 		t.Fatalf("status = %s exit %d, want oom", res.Status, res.ExitCode)
 	}
 }
@@ -244,7 +244,7 @@ func TestSecurityFromInside(t *testing.T) {
 	os.Setenv("SANDPIT_SECRET_CANARY", "leak-me")
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res := run(t, r, runtime.Request{Language: tt.lang, Code: tt.code, Timeout: 15 * time.Second})
+			res := run(t, r, sandpit.Request{Language: tt.lang, Code: tt.code, Timeout: 15 * time.Second})
 			got := res.Stdout + res.Stderr
 			if !strings.Contains(got, tt.wantOut) {
 				t.Errorf("output %q does not contain %q (status %s)", got, tt.wantOut, res.Status)
@@ -260,12 +260,12 @@ func TestSandboxRunsAsMappedHostUID(t *testing.T) {
 	}
 	r := newRuntime(t)
 	// While the sandbox sleeps, find its process on the host and check its uid.
-	done := make(chan *runtime.Result)
+	done := make(chan *sandpit.Result)
 	go func() {
-		res, _ := r.Run(context.Background(), runtime.Request{Language: "bash", Code: "exec -a sandpit-uid-probe sleep 5", Timeout: 20 * time.Second})
+		res, _ := r.Run(context.Background(), sandpit.Request{Language: "bash", Code: "exec -a sandpit-uid-probe sleep 5", Timeout: 20 * time.Second})
 		done <- res
 	}()
-	want := fmt.Sprint(m.HostBase + oci.SandboxUID)
+	want := fmt.Sprint(m.HostBase + sandpit.SandboxUID)
 	found := false
 	for i := 0; i < 100 && !found; i++ {
 		time.Sleep(100 * time.Millisecond)
@@ -300,7 +300,7 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			panic(err)
 		}
-		r.Run(context.Background(), runtime.Request{Language: "bash", Code: "sleep 120", Timeout: 120 * time.Second})
+		r.Run(context.Background(), sandpit.Request{Language: "bash", Code: "sleep 120", Timeout: 120 * time.Second})
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
@@ -372,11 +372,11 @@ func TestUnknownLanguageAndMissingDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Run(t.Context(), runtime.Request{Language: "cobol", Code: "x"}); !errors.Is(err, runtime.ErrUnknownLanguage) {
+	if _, err := r.Run(t.Context(), sandpit.Request{Language: "cobol", Code: "x"}); !errors.Is(err, runtime.ErrUnknownLanguage) {
 		t.Errorf("unknown language: err = %v", err)
 	}
 	start := time.Now()
-	_, err = r.Run(t.Context(), runtime.Request{Language: "python", Code: "print(1)"})
+	_, err = r.Run(t.Context(), sandpit.Request{Language: "python", Code: "print(1)"})
 	if !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "/nonexistent/containerd.sock") {
 		t.Errorf("missing daemon: err = %v, want ErrUnavailable naming the socket", err)
 	}

@@ -3,7 +3,7 @@ package runtime
 import (
 	"path"
 
-	"github.com/sandpit-dev/sandpit/oci"
+	"github.com/sandpit-dev/sandpit"
 )
 
 // LanguageSpec says how to run one language: where its source goes and, for
@@ -13,10 +13,10 @@ type LanguageSpec struct {
 	Aliases     []string
 	Image       string
 	Description string
-	// File is the source file name inside oci.SourceDir.
+	// File is the source file name inside sandpit.SourceDir.
 	File string
 	// Compile, when set, is the compile step's argv; it must write the
-	// program to oci.BuildDir/prog.
+	// program to sandpit.BuildDir/prog.
 	Compile []string
 	// Run is the program's argv before the caller's args. For interpreted
 	// languages it runs the source file; for compiled ones the built program.
@@ -25,8 +25,8 @@ type LanguageSpec struct {
 
 // DefaultLanguages are python, c, cpp and bash, all on one toolchain image.
 func DefaultLanguages(image string) []LanguageSpec {
-	src := func(f string) string { return path.Join(oci.SourceDir, f) }
-	prog := path.Join(oci.BuildDir, "prog")
+	src := func(f string) string { return path.Join(sandpit.SourceDir, f) }
+	prog := path.Join(sandpit.BuildDir, "prog")
 	return []LanguageSpec{
 		{
 			Name: "python", Aliases: []string{"python3", "py"}, Image: image,
@@ -60,11 +60,11 @@ func DefaultLanguages(image string) []LanguageSpec {
 // argv returns argv with the source file replaced by the workspace file at
 // rel, when a run names one.
 func (l *LanguageSpec) argv(argv []string, rel string) []string {
-	src := path.Join(oci.SourceDir, l.File)
+	src := path.Join(sandpit.SourceDir, l.File)
 	out := make([]string, len(argv))
 	for i, a := range argv {
 		if a == src && rel != "" {
-			a = path.Join(oci.WorkspaceDir, rel)
+			a = path.Join(sandpit.WorkspaceDir, rel)
 		}
 		out[i] = a
 	}
@@ -73,6 +73,6 @@ func (l *LanguageSpec) argv(argv []string, rel string) []string {
 
 // runArgv is the program's command line for req: the run argv (with a
 // workspace path in place of the source) and the request's arguments.
-func (l *LanguageSpec) runArgv(req Request) []string {
+func (l *LanguageSpec) runArgv(req sandpit.Request) []string {
 	return append(l.argv(l.Run, req.Path), req.Args...)
 }

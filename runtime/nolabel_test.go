@@ -17,6 +17,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/images"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 	"github.com/sandpit-dev/sandpit/runtime"
@@ -39,16 +40,16 @@ func TestImageWithoutInitRunsDirect(t *testing.T) {
 	r := newRuntime(t, withPool(1, time.Minute), func(cfg *runtime.Config) { cfg.Languages = runtime.DefaultLanguages(ref) })
 	tests := []struct {
 		name   string
-		req    runtime.Request
+		req    sandpit.Request
 		stdout string
 	}{
-		{"python is PID 1", runtime.Request{Language: "python", Code: "import os; print(os.getpid())"}, "1\n"},
-		{"c compiles and runs", runtime.Request{Language: "c", Code: "#include <stdio.h>\n#include <unistd.h>\nint main(void) { printf(\"%d\\n\", (int)getpid()); return 0; }"}, "1\n"},
+		{"python is PID 1", sandpit.Request{Language: "python", Code: "import os; print(os.getpid())"}, "1\n"},
+		{"c compiles and runs", sandpit.Request{Language: "c", Code: "#include <stdio.h>\n#include <unistd.h>\nint main(void) { printf(\"%d\\n\", (int)getpid()); return 0; }"}, "1\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			res := run(t, r, tt.req)
-			if res.Status != runtime.StatusSuccess || res.Stdout != tt.stdout {
+			if res.Status != sandpit.StatusSuccess || res.Stdout != tt.stdout {
 				t.Errorf("got %s %q (stderr %q), want success %q", res.Status, res.Stdout, res.Stderr, tt.stdout)
 			}
 		})

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // CheckRuntimeBinary explains, before anything is created, why the chosen
@@ -14,10 +16,10 @@ import (
 func CheckRuntimeBinary(bin string, mode CgroupMode) error {
 	name := strings.ToLower(filepath.Base(bin))
 	if strings.HasPrefix(name, "crun") && mode == CgroupHybrid {
-		return fmt.Errorf("%w: the OCI runtime %q does not support this host's hybrid cgroup layout "+
-			"(cgroup v1 controllers plus a cgroup2 mount at /sys/fs/cgroup/unified; crun says \"cgroups in hybrid mode not supported\") "+
-			"(hint: use --runc-binary runc, or boot with a pure cgroup v2 layout: systemd.unified_cgroup_hierarchy=1)",
-			ErrUnavailable, bin)
+		return sandpit.WithHint(fmt.Errorf("%w: the OCI runtime %q does not support this host's hybrid cgroup layout "+
+			"(cgroup v1 controllers plus a cgroup2 mount at /sys/fs/cgroup/unified; crun says \"cgroups in hybrid mode not supported\")",
+			ErrUnavailable, bin),
+			"use --runc-binary runc, or boot with a pure cgroup v2 layout: systemd.unified_cgroup_hierarchy=1")
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	coci "github.com/containerd/containerd/oci"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/oci"
 )
 
@@ -298,7 +299,7 @@ func (r *Runtime) newWarm(ctx context.Context, image string) (_ *warm, retErr er
 	if err := unix.Mount("", ws, "", unix.MS_SHARED, ""); err != nil {
 		return w, fmt.Errorf("make %s shared: %w", ws, err)
 	}
-	sb, err := r.create(ctx, c, img, id, filepath.Join(dir, "fifo"), lateStdin(), r.cfg.OutputBytes+markerBytes, r.initOpts(dir, waiterProcess, withSlaveBind(ws, oci.WorkspaceDir)))
+	sb, err := r.create(ctx, c, img, id, filepath.Join(dir, "fifo"), lateStdin(), r.cfg.OutputBytes+markerBytes, r.initOpts(dir, waiterProcess, withSlaveBind(ws, sandpit.WorkspaceDir)))
 	if err != nil {
 		return w, err
 	}
@@ -342,7 +343,7 @@ func (r *Runtime) destroyWarm(w *warm) {
 
 // runWarm serves req with the pooled sandbox w. The program sees what a cold
 // run would: its source at the same path, /workspace, argv, stdin, cwd.
-func (r *Runtime) runWarm(ctx context.Context, w *warm, lang *LanguageSpec, req Request, view View, deadline time.Time) (*stepOutput, error) {
+func (r *Runtime) runWarm(ctx context.Context, w *warm, lang *LanguageSpec, req sandpit.Request, view sandpit.View, deadline time.Time) (*stepOutput, error) {
 	if req.Path == "" {
 		// The source dir is bound read-only into the sandbox; the host writes it.
 		if err := os.WriteFile(filepath.Join(w.dir, "src", lang.File), []byte(req.Code), 0o644); err != nil {
@@ -355,7 +356,7 @@ func (r *Runtime) runWarm(ctx context.Context, w *warm, lang *LanguageSpec, req 
 		if err := unix.Mount(view.Dir(), ws, "", unix.MS_BIND, ""); err != nil {
 			return nil, fmt.Errorf("attach workspace to warm sandbox: %w", err)
 		}
-		cwd = oci.WorkspaceDir
+		cwd = sandpit.WorkspaceDir
 	}
 	mode, header := initRequest(lang, req, cwd)
 	w.sb.stdin.send(header, req.Stdin)
@@ -397,10 +398,10 @@ var waiterProcess = oci.WithProcess("/tmp", "/bin/sh", "-c", initScript, waiterP
 func (r *Runtime) initOpts(dir string, process, workspace coci.SpecOpts) []coci.SpecOpts {
 	opts := []coci.SpecOpts{
 		process,
-		oci.WithBind(filepath.Join(dir, "src"), oci.SourceDir, false, false),
+		oci.WithBind(filepath.Join(dir, "src"), sandpit.SourceDir, false, false),
 		// The compiler writes the program here and the same sandbox runs
 		// it: a size-limited tmpfs, charged to the sandbox's memory.
-		oci.WithTmpfs(oci.BuildDir, r.cfg.Limits.TmpfsBytes, true),
+		oci.WithTmpfs(sandpit.BuildDir, r.cfg.Limits.TmpfsBytes, true),
 	}
 	if workspace != nil {
 		opts = append(opts, workspace)
@@ -409,7 +410,7 @@ func (r *Runtime) initOpts(dir string, process, workspace coci.SpecOpts) []coci.
 }
 
 // initRequest is the mode and header line that make waiter.py run req.
-func initRequest(lang *LanguageSpec, req Request, cwd string) (mode string, header []byte) {
+func initRequest(lang *LanguageSpec, req sandpit.Request, cwd string) (mode string, header []byte) {
 	argv := lang.runArgv(req)
 	mode = "exec"
 	switch {
@@ -427,7 +428,7 @@ func initRequest(lang *LanguageSpec, req Request, cwd string) (mode string, head
 // compile into StatusCompileError. It reports false when the waiter never
 // acknowledged the request, so nothing of it ran.
 func (r *Runtime) finishInit(out *stepOutput, mode string) bool {
-	if !out.stdout.stripPrefix(started) && out.status != StatusTimeout {
+	if !out.stdout.stripPrefix(started) && out.status != sandpit.StatusTimeout {
 		return false
 	}
 	if mode == "build" {
@@ -436,8 +437,8 @@ func (r *Runtime) finishInit(out *stepOutput, mode string) bool {
 		switch {
 		case out.stdout.stripPrefix(compileOK):
 		case out.stdout.stripPrefix(compileFailed):
-			if out.status == StatusError {
-				out.status = StatusCompileError
+			if out.status == sandpit.StatusError {
+				out.status = sandpit.StatusCompileError
 			}
 		}
 	}

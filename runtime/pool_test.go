@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/namespaces"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 	"github.com/sandpit-dev/sandpit/runtime"
 )
@@ -40,26 +41,26 @@ func TestPoolBehavesLikeCold(t *testing.T) {
 	warm := newRuntime(t, withPool(2, time.Minute))
 	tests := []struct {
 		name string
-		req  runtime.Request
+		req  sandpit.Request
 	}{
-		{"argv and main", runtime.Request{Language: "python", Code: "import sys\nprint(__name__, sys.argv, __file__)", Args: []string{"x", "", "a b", "ü"}}},
-		{"sys.path[0]", runtime.Request{Language: "python", Code: "import sys; print(sys.path[0])"}},
-		{"no extra modules", runtime.Request{Language: "python", Code: "import sys; print(sorted(m for m in sys.modules if not m.startswith('_')))"}},
-		{"main namespace", runtime.Request{Language: "python", Code: "print(sorted(k for k in globals()))"}},
-		{"stdin", runtime.Request{Language: "python", Code: "import sys; d = sys.stdin.read(); print(len(d), d[:5])", Stdin: []byte("hello world\n" + strings.Repeat("z", 100000))}},
-		{"no stdin is EOF", runtime.Request{Language: "python", Code: "import sys; print(repr(sys.stdin.read()))"}},
-		{"exit code", runtime.Request{Language: "python", Code: "import sys; print('x'); sys.exit(7)"}},
-		{"exit message", runtime.Request{Language: "python", Code: "raise SystemExit('bye')"}},
-		{"traceback", runtime.Request{Language: "python", Code: "def f():\n    raise KeyError('k')\n\nf()\n"}},
-		{"syntax error", runtime.Request{Language: "python", Code: "print('a'\n"}},
-		{"buffered ordering", runtime.Request{Language: "python", Code: "import sys\nprint('out1')\nsys.stderr.write('err1\\n')\nprint('out2')\n"}},
-		{"cwd", runtime.Request{Language: "python", Code: "import os; print(os.getcwd())"}},
-		{"large output", runtime.Request{Language: "python", Code: "print('y' * 300000)"}},
-		{"bash argv", runtime.Request{Language: "bash", Code: "echo \"$0\" \"$@\"; read x; echo got $x; exit 3", Args: []string{"p q"}, Stdin: []byte("line\n")}},
-		{"c argv stdin exit", runtime.Request{Language: "c", Code: "#include <stdio.h>\nint main(int c, char**v){char b[64]; fgets(b, 64, stdin); printf(\"%s %d %s\", v[0], c, b); fprintf(stderr, \"e\\n\"); return 5;}", Args: []string{"a"}, Stdin: []byte("in\n")}},
-		{"c compile error", runtime.Request{Language: "c", Code: "int main(void) { return x; }"}},
-		{"c warning only", runtime.Request{Language: "c", Code: "int main(void) { int unused; return 0; }"}},
-		{"cpp", runtime.Request{Language: "cpp", Code: "#include <iostream>\n#include <vector>\nint main(){std::vector<int> v{1,2,3}; for (int x : v) std::cout << x; std::cout << std::endl;}"}},
+		{"argv and main", sandpit.Request{Language: "python", Code: "import sys\nprint(__name__, sys.argv, __file__)", Args: []string{"x", "", "a b", "ü"}}},
+		{"sys.path[0]", sandpit.Request{Language: "python", Code: "import sys; print(sys.path[0])"}},
+		{"no extra modules", sandpit.Request{Language: "python", Code: "import sys; print(sorted(m for m in sys.modules if not m.startswith('_')))"}},
+		{"main namespace", sandpit.Request{Language: "python", Code: "print(sorted(k for k in globals()))"}},
+		{"stdin", sandpit.Request{Language: "python", Code: "import sys; d = sys.stdin.read(); print(len(d), d[:5])", Stdin: []byte("hello world\n" + strings.Repeat("z", 100000))}},
+		{"no stdin is EOF", sandpit.Request{Language: "python", Code: "import sys; print(repr(sys.stdin.read()))"}},
+		{"exit code", sandpit.Request{Language: "python", Code: "import sys; print('x'); sys.exit(7)"}},
+		{"exit message", sandpit.Request{Language: "python", Code: "raise SystemExit('bye')"}},
+		{"traceback", sandpit.Request{Language: "python", Code: "def f():\n    raise KeyError('k')\n\nf()\n"}},
+		{"syntax error", sandpit.Request{Language: "python", Code: "print('a'\n"}},
+		{"buffered ordering", sandpit.Request{Language: "python", Code: "import sys\nprint('out1')\nsys.stderr.write('err1\\n')\nprint('out2')\n"}},
+		{"cwd", sandpit.Request{Language: "python", Code: "import os; print(os.getcwd())"}},
+		{"large output", sandpit.Request{Language: "python", Code: "print('y' * 300000)"}},
+		{"bash argv", sandpit.Request{Language: "bash", Code: "echo \"$0\" \"$@\"; read x; echo got $x; exit 3", Args: []string{"p q"}, Stdin: []byte("line\n")}},
+		{"c argv stdin exit", sandpit.Request{Language: "c", Code: "#include <stdio.h>\nint main(int c, char**v){char b[64]; fgets(b, 64, stdin); printf(\"%s %d %s\", v[0], c, b); fprintf(stderr, \"e\\n\"); return 5;}", Args: []string{"a"}, Stdin: []byte("in\n")}},
+		{"c compile error", sandpit.Request{Language: "c", Code: "int main(void) { return x; }"}},
+		{"c warning only", sandpit.Request{Language: "c", Code: "int main(void) { int unused; return 0; }"}},
+		{"cpp", sandpit.Request{Language: "cpp", Code: "#include <iostream>\n#include <vector>\nint main(){std::vector<int> v{1,2,3}; for (int x : v) std::cout << x; std::cout << std::endl;}"}},
 	}
 	waitReady(t, warm, "python", 2)
 	for _, tt := range tests {
@@ -82,11 +83,11 @@ func TestPoolBehavesLikeCold(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name   string
-		req    runtime.Request
-		status runtime.Status
+		req    sandpit.Request
+		status sandpit.Status
 	}{
-		{"timeout", runtime.Request{Language: "python", Code: "while True: pass", Timeout: 2 * time.Second}, runtime.StatusTimeout},
-		{"oom", runtime.Request{Language: "python", Code: "x = []\nwhile True: x.append(bytearray(32 << 20))", Timeout: time.Minute}, runtime.StatusOOM},
+		{"timeout", sandpit.Request{Language: "python", Code: "while True: pass", Timeout: 2 * time.Second}, sandpit.StatusTimeout},
+		{"oom", sandpit.Request{Language: "python", Code: "x = []\nwhile True: x.append(bytearray(32 << 20))", Timeout: time.Minute}, sandpit.StatusOOM},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			waitReady(t, warm, "python", 1)
@@ -110,7 +111,7 @@ func TestPoolUsesEachSandboxOnce(t *testing.T) {
 	pids := map[string]bool{}
 	for i := 0; i < 8; i++ {
 		// A file left in /tmp by an earlier run would show a reused sandbox.
-		res := run(t, r, runtime.Request{Language: "python", Code: "import os\nprint(os.path.exists('/tmp/mark'))\nopen('/tmp/mark', 'w').close()"})
+		res := run(t, r, sandpit.Request{Language: "python", Code: "import os\nprint(os.path.exists('/tmp/mark'))\nopen('/tmp/mark', 'w').close()"})
 		if res.Stdout != "False\n" {
 			t.Errorf("run %d saw a previous run's /tmp: %q", i, res.Stdout)
 		}
@@ -171,8 +172,8 @@ func TestPoolDiscardsDeadSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-exited
-	res := run(t, r, runtime.Request{Language: "python", Code: "print('fine')"})
-	if res.Status != runtime.StatusSuccess || res.Stdout != "fine\n" {
+	res := run(t, r, sandpit.Request{Language: "python", Code: "print('fine')"})
+	if res.Status != sandpit.StatusSuccess || res.Stdout != "fine\n" {
 		t.Errorf("run after the pooled sandbox died: %s %q %q", res.Status, res.Stdout, res.Stderr)
 	}
 	// Either the claim saw it dead (discarded) or the run saw no

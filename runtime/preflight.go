@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // The static pre-flight is defence in depth, never the boundary: the kernel
@@ -98,7 +100,7 @@ type preflightKey struct{}
 // runtime must work on this host, the host must be able to enforce the
 // limits (or the operator opted in to fallbacks; see rootless.go), and
 // Python code must pass the pre-flight policy.
-func (r *Runtime) admit(ctx context.Context, lang *LanguageSpec, req Request) error {
+func (r *Runtime) admit(ctx context.Context, lang *LanguageSpec, req sandpit.Request) error {
 	if ctx.Value(preflightKey{}) != nil {
 		return nil
 	}
@@ -151,13 +153,13 @@ func (r *Runtime) preflight(ctx context.Context, p *PreflightPolicy, lang *Langu
 	}
 	timeout := p.Timeout
 	if timeout <= 0 {
-		timeout = 10 * time.Second
+		timeout = sandpit.DefaultTimeout
 	}
-	res, err := r.Run(context.WithValue(ctx, preflightKey{}, true), Request{Language: lang.Name, Code: preflightPy, Stdin: in, Timeout: timeout})
+	res, err := r.Run(context.WithValue(ctx, preflightKey{}, true), sandpit.Request{Language: lang.Name, Code: preflightPy, Stdin: in, Timeout: timeout})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrPreflight, err)
 	}
-	if res.Status != StatusSuccess {
+	if res.Status != sandpit.StatusSuccess {
 		return nil, fmt.Errorf("%w: checker ended %s: %s", ErrPreflight, res.Status, strings.TrimSpace(res.Stderr))
 	}
 	var out struct {

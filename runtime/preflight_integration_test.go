@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/runtime"
 )
 
@@ -29,7 +30,7 @@ func TestPreflightPolicy(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res, err := r.Run(t.Context(), runtime.Request{Language: tt.lang, Code: tt.code})
+			res, err := r.Run(t.Context(), sandpit.Request{Language: tt.lang, Code: tt.code})
 			if len(tt.rejected) == 0 {
 				if err != nil {
 					t.Fatalf("rejected: %v", err)

@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/containerd"
 	coci "github.com/containerd/containerd/oci"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/oci"
 )
 
@@ -127,10 +128,10 @@ func accessW(dir string) error {
 
 // limitsUnenforceableError explains what is wrong and what to do.
 func limitsUnenforceableError(reason string) error {
-	return fmt.Errorf("%w: containerd runs rootless and %s (hint: run sandpit and containerd as root; "+
-		"or use a cgroup v2 host with systemd delegation of memory, pids and cpu; "+
-		"or accept weaker per-process rlimits with --allow-unenforced-limits, and every result will list what was not enforced)",
-		ErrLimitsUnenforceable, reason)
+	return sandpit.WithHint(fmt.Errorf("%w: containerd runs rootless and %s", ErrLimitsUnenforceable, reason),
+		"run sandpit and containerd as root; "+
+			"or use a cgroup v2 host with systemd delegation of memory, pids and cpu; "+
+			"or accept weaker per-process rlimits with --allow-unenforced-limits, and every result will list what was not enforced")
 }
 
 // fallback is what a runtime does about cgroup limits it cannot enforce.

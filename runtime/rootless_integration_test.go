@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/runtime"
 )
 
@@ -16,7 +17,7 @@ func TestRootlessRefusesUnenforceableLimits(t *testing.T) {
 		t.Skipf("this host can enforce limits rootless (%s); the refusal cannot be observed", reason)
 	}
 	r := newRuntime(t, func(c *runtime.Config) { c.Rootless = true })
-	_, err := r.Run(t.Context(), runtime.Request{Language: "python", Code: "print(1)"})
+	_, err := r.Run(t.Context(), sandpit.Request{Language: "python", Code: "print(1)"})
 	if !errors.Is(err, runtime.ErrLimitsUnenforceable) || !strings.Contains(err.Error(), "--allow-unenforced-limits") {
 		t.Fatalf("err = %v, want ErrLimitsUnenforceable with the opt-in named", err)
 	}
@@ -52,7 +53,7 @@ except OSError as e:
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res := run(t, r, runtime.Request{Language: tt.lang, Code: tt.code})
+			res := run(t, r, sandpit.Request{Language: tt.lang, Code: tt.code})
 			if !strings.Contains(res.Stdout, tt.want) || strings.Contains(res.Stdout, "UNSAFE") {
 				t.Errorf("stdout %q stderr %q status %s, want %q", res.Stdout, res.Stderr, res.Status, tt.want)
 			}

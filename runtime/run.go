@@ -18,6 +18,7 @@ import (
 	coci "github.com/containerd/containerd/oci"
 	"github.com/containerd/typeurl/v2"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/oci"
 )
 
@@ -26,7 +27,7 @@ import (
 // memory is a Result with a nil error; an error means the request was invalid
 // (ErrInvalidRequest, ErrUnknownLanguage) or the host could not run it
 // (ErrUnavailable, ErrImageMissing, or an internal failure).
-func (r *Runtime) Run(ctx context.Context, req Request) (*Result, error) {
+func (r *Runtime) Run(ctx context.Context, req sandpit.Request) (*sandpit.Result, error) {
 	lang, err := r.Lookup(req.Language)
 	if err != nil {
 		return nil, err
@@ -39,7 +40,7 @@ func (r *Runtime) Run(ctx context.Context, req Request) (*Result, error) {
 	}
 	timeout := req.Timeout
 	if timeout <= 0 {
-		timeout = 10 * time.Second
+		timeout = sandpit.DefaultTimeout
 	}
 	ctx = r.nsctx(ctx)
 	client, err := r.connect(ctx)
@@ -57,9 +58,9 @@ func (r *Runtime) Run(ctx context.Context, req Request) (*Result, error) {
 
 	id := newRunID()
 	started := time.Now()
-	res := &Result{ID: id, Language: lang.Name, Started: started.UTC(), Limits: r.Limits(timeout)}
+	res := &sandpit.Result{ID: id, Language: lang.Name, Started: started.UTC(), Limits: r.Limits(timeout)}
 
-	var view View
+	var view sandpit.View
 	if req.Workspace != nil {
 		view, err = req.Workspace.Open(ctx, id)
 		if err != nil {
@@ -128,7 +129,7 @@ func (r *Runtime) claimWarm(lang *LanguageSpec) *warm {
 }
 
 // runCold creates the run's sandboxes on the request path.
-func (r *Runtime) runCold(ctx context.Context, client *containerd.Client, img containerd.Image, id string, lang *LanguageSpec, req Request, view View, deadline time.Time) (*stepOutput, error) {
+func (r *Runtime) runCold(ctx context.Context, client *containerd.Client, img containerd.Image, id string, lang *LanguageSpec, req sandpit.Request, view sandpit.View, deadline time.Time) (*stepOutput, error) {
 	r.setLive(id, true)
 	var made []*sandbox
 	useInit := r.hasInit(lang.Image)
@@ -156,12 +157,12 @@ func (r *Runtime) runCold(ctx context.Context, client *containerd.Client, img co
 // needs compiling goes through the waiter, as in a pooled sandbox (compile,
 // then run, in the same sandbox); any other is the shell's child directly —
 // `python3 main.py` itself, without the waiter's start-up.
-func (r *Runtime) initRun(ctx context.Context, c *containerd.Client, img containerd.Image, id, dir string, lang *LanguageSpec, req Request, view View, deadline time.Time, made *[]*sandbox) (*stepOutput, error) {
+func (r *Runtime) initRun(ctx context.Context, c *containerd.Client, img containerd.Image, id, dir string, lang *LanguageSpec, req sandpit.Request, view sandpit.View, deadline time.Time, made *[]*sandbox) (*stepOutput, error) {
 	cwd := "/tmp"
 	var ws coci.SpecOpts
 	if view != nil {
-		cwd = oci.WorkspaceDir
-		ws = oci.WithBind(view.Dir(), oci.WorkspaceDir, true, true)
+		cwd = sandpit.WorkspaceDir
+		ws = oci.WithBind(view.Dir(), sandpit.WorkspaceDir, true, true)
 	}
 	direct := len(lang.Compile) == 0
 	var (
@@ -214,7 +215,7 @@ func (r *Runtime) setLive(id string, on bool) {
 	}
 }
 
-func (r *Runtime) validate(req Request) error {
+func (r *Runtime) validate(req sandpit.Request) error {
 	switch {
 	case req.Code == "" && req.Path == "":
 		return fmt.Errorf("%w: no code given", ErrInvalidRequest)
@@ -229,9 +230,9 @@ func (r *Runtime) validate(req Request) error {
 }
 
 // Limits are the limits every run gets, with the given timeout.
-func (r *Runtime) Limits(timeout time.Duration) Limits {
+func (r *Runtime) Limits(timeout time.Duration) sandpit.Limits {
 	l := r.cfg.Limits
-	return Limits{
+	return sandpit.Limits{
 		MemoryBytes:    l.MemoryBytes,
 		PidsMax:        l.PidsMax,
 		CPUs:           l.CPUs,
@@ -245,9 +246,9 @@ func (r *Runtime) Limits(timeout time.Duration) Limits {
 }
 
 // prepareRunDir writes the source into a per-run directory: src/ (bound
-// read-only at oci.SourceDir), fifo/ and, for steps in separate sandboxes,
-// out/ (oci.BuildDir; a sandbox under the init has a tmpfs there).
-func (r *Runtime) prepareRunDir(id string, lang *LanguageSpec, req Request, withOut bool) (string, error) {
+// read-only at sandpit.SourceDir), fifo/ and, for steps in separate sandboxes,
+// out/ (sandpit.BuildDir; a sandbox under the init has a tmpfs there).
+func (r *Runtime) prepareRunDir(id string, lang *LanguageSpec, req sandpit.Request, withOut bool) (string, error) {
 	dir := filepath.Join(r.cfg.StateDir, "runs", id)
 	subdirs := []string{"src", "fifo"}
 	if withOut {
@@ -277,28 +278,28 @@ func (r *Runtime) prepareRunDir(id string, lang *LanguageSpec, req Request, with
 // must be able to write on the host must belong to them.
 func (r *Runtime) SandboxOwner() (uid, gid uint32) {
 	if m := r.cfg.UserNS; m != nil {
-		return m.HostBase + oci.SandboxUID, m.HostBase + oci.SandboxGID
+		return m.HostBase + sandpit.SandboxUID, m.HostBase + sandpit.SandboxGID
 	}
-	return oci.SandboxUID, oci.SandboxGID
+	return sandpit.SandboxUID, sandpit.SandboxGID
 }
 
 type stepOutput struct {
-	status         Status
+	status         sandpit.Status
 	exitCode       int
 	stdout, stderr *cappedBuffer
-	usage          Usage
+	usage          sandpit.Usage
 }
 
 // steps runs, for an image without sandpit's init, the compile step (when
 // the language has one) and then the program, each in its own sandbox,
 // sharing the run directory. Every sandbox it creates is appended to *made
 // for the caller to destroy.
-func (r *Runtime) steps(ctx context.Context, c *containerd.Client, img containerd.Image, id, dir string, lang *LanguageSpec, req Request, view View, deadline time.Time, made *[]*sandbox) (*stepOutput, error) {
+func (r *Runtime) steps(ctx context.Context, c *containerd.Client, img containerd.Image, id, dir string, lang *LanguageSpec, req sandpit.Request, view sandpit.View, deadline time.Time, made *[]*sandbox) (*stepOutput, error) {
 	cwd := "/tmp"
-	binds := []coci.SpecOpts{oci.WithBind(filepath.Join(dir, "src"), oci.SourceDir, false, false)}
+	binds := []coci.SpecOpts{oci.WithBind(filepath.Join(dir, "src"), sandpit.SourceDir, false, false)}
 	if view != nil {
-		cwd = oci.WorkspaceDir
-		binds = append(binds, oci.WithBind(view.Dir(), oci.WorkspaceDir, true, true))
+		cwd = sandpit.WorkspaceDir
+		binds = append(binds, oci.WithBind(view.Dir(), sandpit.WorkspaceDir, true, true))
 	}
 	fifos := filepath.Join(dir, "fifo")
 	run := func(cid string, stdin []byte, opts []coci.SpecOpts) (*stepOutput, error) {
@@ -321,16 +322,16 @@ func (r *Runtime) steps(ctx context.Context, c *containerd.Client, img container
 	if len(lang.Compile) > 0 {
 		opts := append([]coci.SpecOpts{
 			oci.WithProcess(cwd, lang.argv(lang.Compile, req.Path)...),
-			oci.WithBind(filepath.Join(dir, "out"), oci.BuildDir, true, false),
+			oci.WithBind(filepath.Join(dir, "out"), sandpit.BuildDir, true, false),
 			oci.WithCPUs(r.cfg.CompileCPUs),
 		}, binds...)
 		out, err := run(id+"-build", nil, opts)
 		if err != nil {
 			return nil, err
 		}
-		if out.status != StatusSuccess {
-			if out.status == StatusError {
-				out.status = StatusCompileError
+		if out.status != sandpit.StatusSuccess {
+			if out.status == sandpit.StatusError {
+				out.status = sandpit.StatusCompileError
 			}
 			return out, nil
 		}
@@ -338,7 +339,7 @@ func (r *Runtime) steps(ctx context.Context, c *containerd.Client, img container
 
 	opts := append([]coci.SpecOpts{oci.WithProcess(cwd, lang.runArgv(req)...)}, binds...)
 	if len(lang.Compile) > 0 {
-		opts = append(opts, oci.WithBind(filepath.Join(dir, "out"), oci.BuildDir, false, true))
+		opts = append(opts, oci.WithBind(filepath.Join(dir, "out"), sandpit.BuildDir, false, true))
 	}
 	return run(id, req.Stdin, opts)
 }
@@ -347,8 +348,8 @@ func (r *Runtime) steps(ctx context.Context, c *containerd.Client, img container
 // deleted, which removes the cgroup. OOM is read from the cgroup's oom_kill
 // count, because exit code 137 is ambiguous (a timeout kill gives it too) and
 // a task whose child was OOM-killed can still exit 0.
-func (r *Runtime) usage(ctx context.Context, task containerd.Task) Usage {
-	var u Usage
+func (r *Runtime) usage(ctx context.Context, task containerd.Task) sandpit.Usage {
+	var u sandpit.Usage
 	if !r.fallback().killAll {
 		return u // no cgroup of its own: the counters would be a parent's
 	}

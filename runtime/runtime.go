@@ -25,6 +25,7 @@ import (
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/runtime/v2/runc/options"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/images"
 	"github.com/sandpit-dev/sandpit/oci"
 )
@@ -244,19 +245,22 @@ func (r *Runtime) image(ctx context.Context, c *containerd.Client, ref string) (
 	}
 	img, err := c.GetImage(ctx, ref)
 	if err != nil {
-		return nil, fmt.Errorf("image %s: %w (hint: run `sandpit images build`; `sandpit serve` builds it by itself on first use, which takes a few minutes)", ref, errors.Join(ErrImageMissing, err))
+		return nil, sandpit.WithHint(fmt.Errorf("image %s: %w", ref, errors.Join(ErrImageMissing, err)),
+			"run `sandpit images build`; `sandpit serve` builds it by itself on first use, which takes a few minutes")
 	}
 	unpacked, err := img.IsUnpacked(ctx, r.cfg.Snapshotter)
 	if err != nil || !unpacked {
 		if err := img.Unpack(ctx, r.cfg.Snapshotter); err != nil {
-			return nil, fmt.Errorf("image %s is not unpacked for %s: %w (hint: run `sandpit images build --force`)", ref, r.cfg.Snapshotter, errors.Join(ErrImageMissing, err))
+			return nil, sandpit.WithHint(fmt.Errorf("image %s is not unpacked for %s: %w", ref, r.cfg.Snapshotter, errors.Join(ErrImageMissing, err)),
+				"run `sandpit images build --force`")
 		}
 	}
 	// Images sandpit builds record their python version; one that does not
 	// may have no python3 to run the init with.
 	spec, err := img.Spec(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("image %s: read its config: %w (hint: run `sandpit images build --force`)", ref, errors.Join(ErrImageMissing, err))
+		return nil, sandpit.WithHint(fmt.Errorf("image %s: read its config: %w", ref, errors.Join(ErrImageMissing, err)),
+			"run `sandpit images build --force`")
 	}
 	_, hasInit := spec.Config.Labels[images.LabelVersionPrefix+"python"]
 	r.mu.Lock()
@@ -292,15 +296,15 @@ func (r *Runtime) Lookup(name string) (*LanguageSpec, error) {
 
 // Languages lists the configured languages with the versions recorded in
 // their images, when the images can be read.
-func (r *Runtime) Languages() []Language {
-	out := make([]Language, 0, len(r.cfg.Languages))
+func (r *Runtime) Languages() []sandpit.Language {
+	out := make([]sandpit.Language, 0, len(r.cfg.Languages))
 	versions := r.imageVersions()
 	for _, l := range r.cfg.Languages {
 		v := versions[l.Image]["org.sandpit.version."+l.Name]
 		if v == "" {
 			v = "unknown (image not built yet)"
 		}
-		out = append(out, Language{Name: l.Name, Image: l.Image, Version: v, Description: l.Description, Aliases: l.Aliases})
+		out = append(out, sandpit.Language{Name: l.Name, Image: l.Image, Version: v, Description: l.Description, Aliases: l.Aliases})
 	}
 	return out
 }

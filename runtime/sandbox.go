@@ -16,6 +16,7 @@ import (
 	coci "github.com/containerd/containerd/oci"
 	"github.com/containerd/containerd/snapshots"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/oci"
 )
 
@@ -44,8 +45,8 @@ func (r *Runtime) create(ctx context.Context, c *containerd.Client, img containe
 	specOpts := append([]coci.SpecOpts{oci.WithHardening(oci.Profile{
 		Limits: r.cfg.Limits,
 		UserNS: r.cfg.UserNS,
-		UID:    oci.SandboxUID,
-		GID:    oci.SandboxGID,
+		UID:    sandpit.SandboxUID,
+		GID:    sandpit.SandboxGID,
 	})}, extra...)
 	specOpts = append(specOpts, r.fallbackOpts()...) // after the process options it wraps
 	container, err := c.NewContainer(ctx, cid,
@@ -171,15 +172,15 @@ func (r *Runtime) await(ctx context.Context, sb *sandbox, deadline time.Time) (*
 	r.log.Debug("sandbox exited", "id", sb.id, "exit_and_io", tIO, "metrics", time.Since(t0)-tIO, "exited_at", st.ExitTime().Sub(t0))
 	switch {
 	case timedOut:
-		out.status = StatusTimeout
+		out.status = sandpit.StatusTimeout
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("run cancelled: %w", ctx.Err())
 	case out.usage.OOMKilled:
-		out.status = StatusOOM
+		out.status = sandpit.StatusOOM
 	case out.exitCode == 0:
-		out.status = StatusSuccess
+		out.status = sandpit.StatusSuccess
 	default:
-		out.status = StatusError
+		out.status = sandpit.StatusError
 	}
 	return out, nil
 }

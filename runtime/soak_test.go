@@ -23,6 +23,7 @@ import (
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/typeurl/v2"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 	"github.com/sandpit-dev/sandpit/runtime"
 )
@@ -117,14 +118,14 @@ func TestPoolSoak(t *testing.T) {
 
 // soak makes n runs from a few goroutines and checks each result. Most print
 // a computed value; every 25 runs one of each slow or failing kind.
-func soak(t *testing.T, r *runtime.Runtime, n int, allWarm bool) []*runtime.Result {
+func soak(t *testing.T, r *runtime.Runtime, n int, allWarm bool) []*sandpit.Result {
 	workers := 4
 	if allWarm {
 		workers = 1
 	}
 	var (
 		mu      sync.Mutex
-		results []*runtime.Result
+		results []*sandpit.Result
 		next    atomic.Int64
 		stop    atomic.Bool
 		wg      sync.WaitGroup
@@ -166,9 +167,9 @@ func soak(t *testing.T, r *runtime.Runtime, n int, allWarm bool) []*runtime.Resu
 }
 
 // soakCase returns run i's request and a check of its result ("" if fine).
-func soakCase(i int) (runtime.Request, func(*runtime.Result) string) {
-	expect := func(status runtime.Status, exit int, stdout string) func(*runtime.Result) string {
-		return func(res *runtime.Result) string {
+func soakCase(i int) (sandpit.Request, func(*sandpit.Result) string) {
+	expect := func(status sandpit.Status, exit int, stdout string) func(*sandpit.Result) string {
+		return func(res *sandpit.Result) string {
 			switch {
 			case res.Status != status || res.ExitCode != exit:
 				return fmt.Sprintf("status, exit = %s, %d; want %s, %d (stderr %q)", res.Status, res.ExitCode, status, exit, res.Stderr)
@@ -180,21 +181,21 @@ func soakCase(i int) (runtime.Request, func(*runtime.Result) string) {
 			return ""
 		}
 	}
-	req := runtime.Request{Language: "python", Timeout: 20 * time.Second}
+	req := sandpit.Request{Language: "python", Timeout: 20 * time.Second}
 	switch i % 25 {
 	case 6:
 		code := 1 + i%250
 		req.Code = fmt.Sprintf("import sys\nprint(%d)\nsys.exit(%d)", i, code)
-		return req, expect(runtime.StatusError, code, fmt.Sprintf("%d\n", i))
+		return req, expect(sandpit.StatusError, code, fmt.Sprintf("%d\n", i))
 	case 12:
 		req.Stdin = []byte(strings.Repeat(fmt.Sprintf("line %d\n", i), 2000))
 		req.Code = "import hashlib, sys\nprint(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())"
 		sum := sha256.Sum256(req.Stdin)
-		return req, expect(runtime.StatusSuccess, 0, hex.EncodeToString(sum[:])+"\n")
+		return req, expect(sandpit.StatusSuccess, 0, hex.EncodeToString(sum[:])+"\n")
 	case 18:
 		req.Code, req.Timeout = "while True: pass", time.Second
-		return req, func(res *runtime.Result) string {
-			if res.Status != runtime.StatusTimeout {
+		return req, func(res *sandpit.Result) string {
+			if res.Status != sandpit.StatusTimeout {
 				return fmt.Sprintf("status %s, want timeout", res.Status)
 			}
 			return ""
@@ -202,15 +203,15 @@ func soakCase(i int) (runtime.Request, func(*runtime.Result) string) {
 	case 24:
 		// The timeout only bounds a broken run: a loaded host can take long to reclaim and kill.
 		req.Code, req.Timeout = "x = []\nwhile True: x.append(bytearray(32 << 20))", time.Minute // as in TestPoolBehavesLikeCold
-		return req, func(res *runtime.Result) string {
-			if res.Status != runtime.StatusOOM {
+		return req, func(res *sandpit.Result) string {
+			if res.Status != sandpit.StatusOOM {
 				return fmt.Sprintf("status %s, want oom", res.Status)
 			}
 			return ""
 		}
 	}
 	req.Code = fmt.Sprintf("print(%d ** 2)", i)
-	return req, expect(runtime.StatusSuccess, 0, fmt.Sprintf("%d\n", i*i))
+	return req, expect(sandpit.StatusSuccess, 0, fmt.Sprintf("%d\n", i*i))
 }
 
 // taskCreates collects /tasks/create events of the test namespace.

@@ -26,6 +26,7 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/urfave/cli/v2"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/images"
 	"github.com/sandpit-dev/sandpit/internal/bench"
 	"github.com/sandpit-dev/sandpit/mcp"
@@ -282,9 +283,9 @@ func (b *benchRun) hostGCC(code, want string) (func(context.Context) error, erro
 		argv := slices.Clone(lang.Compile)
 		for i, a := range argv {
 			switch a {
-			case filepath.Join(oci.SourceDir, lang.File):
+			case filepath.Join(sandpit.SourceDir, lang.File):
 				argv[i] = src
-			case filepath.Join(oci.BuildDir, "prog"):
+			case filepath.Join(sandpit.BuildDir, "prog"):
 				argv[i] = prog
 			}
 		}
@@ -317,7 +318,7 @@ func (b *benchRun) runcRun(ctx context.Context, client *containerd.Client, code,
 		Labels:      map[string]string{runtime.LabelInstance: inst},
 		Source:      map[string]string{python.File: code},
 		Spec: []coci.SpecOpts{
-			oci.WithHardening(oci.Profile{Limits: cfg.Limits, UserNS: cfg.UserNS, UID: oci.SandboxUID, GID: oci.SandboxGID}),
+			oci.WithHardening(oci.Profile{Limits: cfg.Limits, UserNS: cfg.UserNS, UID: sandpit.SandboxUID, GID: sandpit.SandboxGID}),
 			oci.WithProcess("/tmp", python.Run...),
 		},
 	})
@@ -336,11 +337,11 @@ func (b *benchRun) runcRun(ctx context.Context, client *containerd.Client, code,
 
 func sandpitRun(rt *runtime.Runtime, lang, code, want string) func(context.Context) error {
 	return func(ctx context.Context) error {
-		res, err := rt.Run(ctx, runtime.Request{Language: lang, Code: code})
+		res, err := rt.Run(ctx, sandpit.Request{Language: lang, Code: code})
 		if err != nil {
 			return err
 		}
-		if res.Status != runtime.StatusSuccess {
+		if res.Status != sandpit.StatusSuccess {
 			return fmt.Errorf("status %s (exit %d): %s", res.Status, res.ExitCode, res.Stderr)
 		}
 		return bench.CheckOutput(res.Stdout, want)
@@ -471,7 +472,7 @@ func mcpRun(cl *client.Client, lang, code, want string) func(context.Context) er
 		if err := json.Unmarshal(raw, &out); err != nil {
 			return fmt.Errorf("run_code result: %w", err)
 		}
-		if out.Status != runtime.StatusSuccess {
+		if out.Status != sandpit.StatusSuccess {
 			return fmt.Errorf("status %s (exit %d): %s", out.Status, out.ExitCode, out.Stderr)
 		}
 		return bench.CheckOutput(out.Stdout, want)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/logring"
 )
 
@@ -42,7 +43,7 @@ func main() {
 		},
 	}
 	if err := app.Run(os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "sandpit:", err)
+		fmt.Fprintln(os.Stderr, "sandpit:", sandpit.Describe(err))
 		os.Exit(1)
 	}
 }

@@ -8,11 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/sandpit-dev/sandpit/runtime"
+	"github.com/sandpit-dev/sandpit"
 )
 
 func runCommand() *cli.Command {
@@ -29,7 +28,7 @@ the program's. Examples:
 			&cli.StringFlag{Name: "language", Aliases: []string{"l"}, Usage: "python, c, cpp or bash (default: from the file extension)"},
 			&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Usage: "read the code from this file"},
 			&cli.BoolFlag{Name: "stdin", Usage: "pass this command's standard input to the program"},
-			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second},
+			&cli.DurationFlag{Name: "timeout", Value: sandpit.DefaultTimeout},
 			&cli.BoolFlag{Name: "json", Usage: "print the whole result as JSON"},
 		),
 		Action: func(c *cli.Context) error {
@@ -55,11 +54,11 @@ the program's. Examples:
 			} else {
 				fmt.Fprint(c.App.Writer, res.Stdout)
 				fmt.Fprint(c.App.ErrWriter, res.Stderr)
-				if res.Status != runtime.StatusSuccess {
+				if res.Status != sandpit.StatusSuccess {
 					fmt.Fprintf(c.App.ErrWriter, "sandpit: %s (exit code %d) in %d ms\n", res.Status, res.ExitCode, res.DurationMS)
 				}
 			}
-			if res.ExitCode != 0 || res.Status != runtime.StatusSuccess {
+			if res.ExitCode != 0 || res.Status != sandpit.StatusSuccess {
 				return cli.Exit("", max(res.ExitCode, 1))
 			}
 			return nil
@@ -69,8 +68,8 @@ the program's. Examples:
 
 var extLanguages = map[string]string{".py": "python", ".c": "c", ".cc": "cpp", ".cpp": "cpp", ".cxx": "cpp", ".sh": "bash", ".bash": "bash"}
 
-func runRequest(c *cli.Context) (runtime.Request, error) {
-	req := runtime.Request{Language: c.String("language"), Timeout: c.Duration("timeout")}
+func runRequest(c *cli.Context) (sandpit.Request, error) {
+	req := sandpit.Request{Language: c.String("language"), Timeout: c.Duration("timeout")}
 	args := c.Args().Slice()
 	switch f := c.String("file"); {
 	case f != "":

@@ -9,6 +9,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/urfave/cli/v2"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/images"
 	"github.com/sandpit-dev/sandpit/mcp"
 	"github.com/sandpit-dev/sandpit/runtime"
@@ -20,8 +21,8 @@ func serveCommand() *cli.Command {
 	flags = append(flags, dataFlags()...)
 	flags = append(flags, historyFlags()...)
 	flags = append(flags,
-		&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second, Usage: "run_code's default timeout"},
-		&cli.DurationFlag{Name: "max-timeout", Value: 60 * time.Second, Usage: "the longest timeout a caller may ask for"},
+		&cli.DurationFlag{Name: "timeout", Value: sandpit.DefaultTimeout, Usage: "run_code's default timeout"},
+		&cli.DurationFlag{Name: "max-timeout", Value: sandpit.DefaultMaxTimeout, Usage: "the longest timeout a caller may ask for"},
 		&cli.IntFlag{Name: "max-code-kb", Value: 64, Usage: "largest code or stdin accepted (KiB)"},
 		&cli.IntFlag{Name: "concurrency", Value: 16, Usage: "tool calls served at once (mcp-go's default is 5)"},
 		&cli.IntFlag{Name: "pool", Value: 2, Usage: "sandboxes kept started ahead of requests, per pooled language (0: off)"},

@@ -24,6 +24,7 @@ import (
 	"github.com/opencontainers/image-spec/identity"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/oci"
 )
 
@@ -43,7 +44,7 @@ type RuncConfig struct {
 	// check by label finds it.
 	Key    string
 	Labels map[string]string
-	// Source files, bound read-only at oci.SourceDir as sandpit binds a
+	// Source files, bound read-only at sandpit.SourceDir as sandpit binds a
 	// run's source.
 	Source map[string]string
 	// Spec options after which only the rootfs and cgroup path are set:
@@ -124,7 +125,7 @@ func NewRunc(ctx context.Context, cfg RuncConfig) (_ *Runc, retErr error) {
 	}
 
 	opts := append(append([]coci.SpecOpts(nil), cfg.Spec...),
-		oci.WithBind(filepath.Join(cfg.Dir, "src"), oci.SourceDir, false, false))
+		oci.WithBind(filepath.Join(cfg.Dir, "src"), sandpit.SourceDir, false, false))
 	spec, err := coci.GenerateSpec(ctx, cfg.Client, &containers.Container{ID: "bench"}, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("spec: %w", err)

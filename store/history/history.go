@@ -23,10 +23,12 @@ import (
 	"unicode/utf8"
 
 	_ "github.com/mattn/go-sqlite3" // registers the "sqlite3" driver
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // ErrNotFound means no run with that id is in the history (it may have been pruned).
-var ErrNotFound = errors.New("not found in history")
+var ErrNotFound = sandpit.Define(sandpit.ErrNotFound, "not found in history")
 
 // HeadBytes is how much of each output stream a run keeps.
 const HeadBytes = 1024

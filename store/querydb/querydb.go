@@ -47,29 +47,31 @@ import (
 	"time"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // Errors callers branch on with errors.Is. Each wrapped error's text says
 // what was refused and what to do instead.
 var (
 	// ErrNoDatabase: no database is configured and none was named.
-	ErrNoDatabase = errors.New("no database is configured")
+	ErrNoDatabase = sandpit.Define(sandpit.ErrNotFound, "no database is configured")
 	// ErrRefused: the statement would write, or uses something denied.
-	ErrRefused = errors.New("refused: query_db is read-only")
+	ErrRefused = sandpit.Define(sandpit.ErrInvalidArgument, "refused: the database is read-only")
 	// ErrMultipleStatements: more than one statement in one call.
-	ErrMultipleStatements = errors.New("refused: exactly one SQL statement per call")
+	ErrMultipleStatements = sandpit.Define(sandpit.ErrInvalidArgument, "refused: exactly one SQL statement per call")
 	// ErrEmpty: the SQL holds no statement.
-	ErrEmpty = errors.New("empty SQL")
+	ErrEmpty = sandpit.Define(sandpit.ErrInvalidArgument, "empty SQL")
 	// ErrTimeout: the query ran past its time limit and was interrupted.
-	ErrTimeout = errors.New("query timed out")
+	ErrTimeout = sandpit.Define(sandpit.ErrResourceExhausted, "query timed out")
 	// ErrTooLarge: a single value exceeded the value size limit.
-	ErrTooLarge = errors.New("value too large")
+	ErrTooLarge = sandpit.Define(sandpit.ErrResourceExhausted, "value too large")
 	// ErrSQL: SQLite rejected the statement (syntax, unknown table, ...).
-	ErrSQL = errors.New("SQL error")
+	ErrSQL = sandpit.Define(sandpit.ErrInvalidArgument, "SQL error")
 	// ErrParams: the parameters cannot be bound.
-	ErrParams = errors.New("bad query parameters")
+	ErrParams = sandpit.Define(sandpit.ErrInvalidArgument, "bad query parameters")
 	// ErrDatabasePath: a named database is not a usable SQLite file.
-	ErrDatabasePath = errors.New("bad database path")
+	ErrDatabasePath = sandpit.Define(sandpit.ErrInvalidArgument, "bad database path")
 )
 
 // Options bound every query. Zero fields take the defaults.

@@ -51,12 +51,13 @@ import (
 	_ "github.com/mattn/go-sqlite3" // database/sql driver "sqlite3"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/store/workspace"
 )
 
 var (
-	ErrNotFound = errors.New("unknown snapshot")
-	ErrNoUndo   = errors.New("no run to undo")
+	ErrNotFound = sandpit.Define(sandpit.ErrNotFound, "unknown snapshot")
+	ErrNoUndo   = sandpit.Define(sandpit.ErrNotFound, "no run to undo")
 )
 
 // DefaultMaxUndo is how many pre-run states are kept per workspace.
@@ -446,7 +447,7 @@ func (s *Store) get(ctx context.Context, ws *workspace.Workspace, id string) (in
 	var seq int64
 	err := s.db.QueryRowContext(ctx, `SELECT seq FROM snapshots WHERE id = ? AND workspace = ?`, id, ws.ID()).Scan(&seq)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil, fmt.Errorf("snapshot %q: %w (list_state_snapshots shows the ids)", id, ErrNotFound)
+		return 0, nil, fmt.Errorf("snapshot %q: %w", id, ErrNotFound)
 	}
 	if err != nil {
 		return 0, nil, err
@@ -674,7 +675,7 @@ func (s *Store) Delete(ctx context.Context, ws *workspace.Workspace, id string) 
 		return err
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("snapshot %q: %w (list_state_snapshots shows the ids)", id, ErrNotFound)
+		return fmt.Errorf("snapshot %q: %w", id, ErrNotFound)
 	}
 	_, _, err = s.GC(ctx)
 	return err

@@ -27,20 +27,22 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // Errors callers branch on with errors.Is.
 var (
 	// ErrUnknownSchema: no schema is registered under the name.
-	ErrUnknownSchema = errors.New("unknown schema")
+	ErrUnknownSchema = sandpit.Define(sandpit.ErrNotFound, "unknown schema")
 	// ErrBadSchema: the schema is not valid JSON Schema or cannot compile.
-	ErrBadSchema = errors.New("invalid schema")
+	ErrBadSchema = sandpit.Define(sandpit.ErrInvalidArgument, "invalid schema")
 	// ErrRemoteRef: the schema refers to something that is not fetched.
-	ErrRemoteRef = errors.New("schema reference not allowed")
+	ErrRemoteRef = sandpit.Define(sandpit.ErrInvalidArgument, "schema reference not allowed")
 	// ErrBadConstraint: a CSV constraint or option is malformed.
-	ErrBadConstraint = errors.New("invalid CSV constraint")
+	ErrBadConstraint = sandpit.Define(sandpit.ErrInvalidArgument, "invalid CSV constraint")
 	// ErrInput: the input cannot be read (not the same as invalid data).
-	ErrInput = errors.New("cannot read input")
+	ErrInput = sandpit.Define(sandpit.ErrInvalidArgument, "cannot read input")
 )
 
 //go:embed schemas/*.json

@@ -1,8 +1,9 @@
 package workspace
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // Sentinel classes callers branch on with errors.Is. Each is wrapped in a
@@ -10,17 +11,17 @@ import (
 var (
 	// ErrOutsideWorkspace: the path is absolute, climbs out with "..", holds a
 	// NUL byte, or goes through a symlink or hard link that may lead outside.
-	ErrOutsideWorkspace = errors.New("path is outside the workspace")
-	ErrInvalidPath      = errors.New("invalid path")
-	ErrNotFound         = errors.New("no such file or directory in the workspace")
-	ErrExists           = errors.New("already exists in the workspace")
-	ErrTooLarge         = errors.New("too large")
-	ErrNotRegular       = errors.New("not a regular file")
-	ErrIsDir            = errors.New("is a directory")
-	ErrNotDir           = errors.New("not a directory")
-	ErrQuota            = errors.New("workspace size limit reached")
+	ErrOutsideWorkspace = sandpit.Define(sandpit.ErrInvalidArgument, "path is outside the workspace")
+	ErrInvalidPath      = sandpit.Define(sandpit.ErrInvalidArgument, "invalid path")
+	ErrNotFound         = sandpit.Define(sandpit.ErrNotFound, "no such file or directory in the workspace")
+	ErrExists           = sandpit.Define(sandpit.ErrConflict, "already exists in the workspace")
+	ErrTooLarge         = sandpit.Define(sandpit.ErrResourceExhausted, "too large")
+	ErrNotRegular       = sandpit.Define(sandpit.ErrInvalidArgument, "not a regular file")
+	ErrIsDir            = sandpit.Define(sandpit.ErrInvalidArgument, "is a directory")
+	ErrNotDir           = sandpit.Define(sandpit.ErrInvalidArgument, "not a directory")
+	ErrQuota            = sandpit.Define(sandpit.ErrResourceExhausted, "workspace size limit reached")
 	// ErrBusy: a run is writing to the workspace; a restore must wait for it.
-	ErrBusy = errors.New("a run is using the workspace")
+	ErrBusy = sandpit.Define(sandpit.ErrConflict, "a run is using the workspace")
 )
 
 // PathError is a failed operation on one workspace path.
@@ -32,12 +33,11 @@ type PathError struct {
 }
 
 func (e *PathError) Error() string {
-	msg := fmt.Sprintf("%s %q: %v", e.Op, e.Path, e.Err)
-	if e.Reason != "" {
-		msg += " (" + e.Reason + ")"
-	}
-	return msg
+	return fmt.Sprintf("%s %q: %v", e.Op, e.Path, e.Err)
 }
+
+// Hint is the reason, kept apart from the message: what to change.
+func (e *PathError) Hint() string { return e.Reason }
 
 func (e *PathError) Unwrap() error { return e.Err }
 

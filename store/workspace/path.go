@@ -3,6 +3,8 @@ package workspace
 import (
 	"path"
 	"strings"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // Path limits: Linux's PATH_MAX and NAME_MAX.
@@ -10,10 +12,6 @@ const (
 	MaxPathBytes = 4096
 	MaxNameBytes = 255
 )
-
-// MountPoint is where runs see the workspace; callers may spell paths
-// relative to it ("/workspace/out.csv") as the code they run does.
-const MountPoint = "/workspace"
 
 // Clean turns a caller's path into a clean slash-separated path relative to
 // the workspace root, or "." for the root itself. It is purely lexical:
@@ -26,11 +24,11 @@ func Clean(p string) (string, error) {
 	case len(p) > MaxPathBytes:
 		return "", pathErr(op, p[:64]+"...", ErrInvalidPath, "the path is %d bytes long, at most %d are allowed", len(p), MaxPathBytes)
 	}
-	if p == MountPoint || strings.HasPrefix(p, MountPoint+"/") {
-		p = "." + strings.TrimPrefix(p, MountPoint)
+	if p == sandpit.WorkspaceDir || strings.HasPrefix(p, sandpit.WorkspaceDir+"/") {
+		p = "." + strings.TrimPrefix(p, sandpit.WorkspaceDir)
 	}
 	if strings.HasPrefix(p, "/") {
-		return "", pathErr(op, p, ErrOutsideWorkspace, "use a path relative to the workspace, e.g. %q, or one under %s", strings.TrimLeft(path.Base(p), "/"), MountPoint)
+		return "", pathErr(op, p, ErrOutsideWorkspace, "use a path relative to the workspace, e.g. %q, or one under %s", strings.TrimLeft(path.Base(p), "/"), sandpit.WorkspaceDir)
 	}
 	c := path.Clean("./" + p)
 	if c == ".." || strings.HasPrefix(c, "../") {

@@ -17,10 +17,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sandpit-dev/sandpit/runtime"
+	"github.com/sandpit-dev/sandpit"
 )
 
-var _ runtime.Workspace = (*Workspace)(nil)
+var _ sandpit.Workspace = (*Workspace)(nil)
 
 var validRunID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
@@ -54,9 +54,9 @@ func (w *Workspace) probeOverlay() (bool, error) {
 }
 
 // Open prepares run runID's view of the workspace; it implements
-// runtime.Workspace. Until the view is closed, Replace (restore, undo)
+// sandpit.Workspace. Until the view is closed, Replace (restore, undo)
 // waits for it.
-func (w *Workspace) Open(ctx context.Context, runID string) (runtime.View, error) {
+func (w *Workspace) Open(ctx context.Context, runID string) (sandpit.View, error) {
 	if !validRunID.MatchString(runID) {
 		return nil, fmt.Errorf("workspace view: invalid run id %q", runID)
 	}
@@ -209,7 +209,7 @@ type overlayView struct {
 	m     *runMount
 
 	once    sync.Once
-	changes *runtime.Changes
+	changes *sandpit.Changes
 	err     error
 }
 
@@ -217,7 +217,7 @@ func (v *overlayView) Dir() string { return v.m.merged }
 
 // Close unmounts the overlay, merges the run's changes into the workspace
 // under the exclusive lock, and releases the mounts.
-func (v *overlayView) Close(ctx context.Context) (*runtime.Changes, error) {
+func (v *overlayView) Close(ctx context.Context) (*sandpit.Changes, error) {
 	v.once.Do(func() {
 		w := v.w
 		defer w.runs.RUnlock()
@@ -241,12 +241,12 @@ type merger struct {
 	w       *Workspace
 	r       *os.Root
 	upper   string
-	ch      runtime.Changes
+	ch      sandpit.Changes
 	hidden  map[string]bool // files under opaque dirs, deleted before their dir was refilled
 	skipped []string
 }
 
-func (w *Workspace) merge(ctx context.Context, upper string) (*runtime.Changes, error) {
+func (w *Workspace) merge(ctx context.Context, upper string) (*sandpit.Changes, error) {
 	r, err := os.OpenRoot(w.dir)
 	if err != nil {
 		return nil, err
@@ -418,7 +418,7 @@ type bindView struct {
 	w      *Workspace
 	before map[string]fileID
 	once   sync.Once
-	ch     *runtime.Changes
+	ch     *sandpit.Changes
 	err    error
 }
 
@@ -460,7 +460,7 @@ func (w *Workspace) statAll() (map[string]fileID, error) {
 
 func (v *bindView) Dir() string { return v.w.dir }
 
-func (v *bindView) Close(ctx context.Context) (*runtime.Changes, error) {
+func (v *bindView) Close(ctx context.Context) (*sandpit.Changes, error) {
 	v.once.Do(func() {
 		w := v.w
 		defer w.runs.RUnlock()
@@ -483,7 +483,7 @@ func (v *bindView) Close(ctx context.Context) (*runtime.Changes, error) {
 			v.err = err
 			return
 		}
-		ch := &runtime.Changes{}
+		ch := &sandpit.Changes{}
 		for p, a := range after {
 			b, ok := v.before[p]
 			switch {

@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sandpit-dev/sandpit/runtime"
+	"github.com/sandpit-dev/sandpit"
 )
 
 // sandboxOwner stands for base+1000 of a user namespace mapping.
@@ -75,7 +75,7 @@ func TestViewWritesBackOnClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &runtime.Changes{
+	want := &sandpit.Changes{
 		Created:  []string{"hardlink", "made/deep/out.csv", "opaque/new"},
 		Modified: []string{"edit.txt", "keep.txt"},
 		Deleted:  []string{"gone.txt", "olddir/", "opaque/old"},

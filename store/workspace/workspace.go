@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // Owner is the host uid/gid that the sandbox user maps to. Every file and
@@ -27,7 +29,7 @@ import (
 type Owner struct{ UID, GID uint32 }
 
 // DefaultOwner is the sandbox user when no user namespace is used.
-var DefaultOwner = Owner{UID: 1000, GID: 1000}
+var DefaultOwner = Owner{UID: sandpit.SandboxUID, GID: sandpit.SandboxGID}
 
 // Options configure a workspace. The zero value of every field but StateDir
 // picks a sensible default.
@@ -345,12 +347,12 @@ func regularOnly(op, p string, fi fs.FileInfo) error {
 	case m&fs.ModeSymlink != 0:
 		return pathErr(op, p, ErrOutsideWorkspace, "it is a symlink, which may point outside the workspace; sandpit does not follow symlinks")
 	case m.IsDir():
-		return pathErr(op, p, ErrIsDir, "use list_files for directories")
+		return pathErr(op, p, ErrIsDir, "it is a directory: list it instead")
 	case !m.IsRegular():
 		return pathErr(op, p, ErrNotRegular, "it is a %s; only regular files can be read or written", typeName(m))
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
-		return pathErr(op, p, ErrOutsideWorkspace, "it is a hard link (%d names), which may share its content with a file outside the workspace; copy it to a new file with run_code first", st.Nlink)
+		return pathErr(op, p, ErrOutsideWorkspace, "it is a hard link (%d names), which may share its content with a file outside the workspace; copy its content to a new file first", st.Nlink)
 	}
 	return nil
 }
@@ -361,7 +363,7 @@ func regularOnly(op, p string, fi fs.FileInfo) error {
 func (w *Workspace) Write(ctx context.Context, p string, data []byte) (Entry, error) {
 	const op = "write"
 	if int64(len(data)) > w.opts.MaxWriteBytes {
-		return Entry{}, pathErr(op, p, ErrTooLarge, "%d bytes, at most %d per write; split the file or generate it with run_code", len(data), w.opts.MaxWriteBytes)
+		return Entry{}, pathErr(op, p, ErrTooLarge, "%d bytes, at most %d per write; split the file, or have a program generate it", len(data), w.opts.MaxWriteBytes)
 	}
 	var out Entry
 	err := w.withRoot(true, func(r *os.Root) error {
@@ -609,7 +611,7 @@ func mapErr(op, p string, err error) error {
 	case errors.As(err, &pe):
 		return err
 	case errors.Is(err, fs.ErrNotExist):
-		return pathErr(op, p, ErrNotFound, "use list_files to see what exists")
+		return pathErr(op, p, ErrNotFound, "list the directory to see what exists")
 	case errors.Is(err, fs.ErrExist):
 		return pathErr(op, p, ErrExists, "")
 	case errors.Is(err, syscall.ELOOP), strings.Contains(err.Error(), "path escapes"):

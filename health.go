@@ -1,4 +1,4 @@
-package runtime
+package sandpit
 
 // HealthReport is what the runtime knows about its own health: whether
 // containerd answers, which version, and whether each language image is

@@ -1,12 +1,9 @@
-package runtime
+package sandpit
 
-import (
-	"context"
-	"time"
-)
+import "time"
 
 // Status is the outcome class of a run. A program that fails is data, not an
-// error: Run returns a Result with one of these and a nil error.
+// error: a Runner returns a Result with one of these and a nil error.
 type Status string
 
 const (
@@ -19,18 +16,17 @@ const (
 
 // Request is one program to run in a fresh sandbox.
 //
-// Exactly one of Code or Path is set. It is kept open for later features
-// (sessions, streaming, cancellation) by staying a plain value: new fields have
-// zero values that keep today's behaviour.
+// Exactly one of Code or Path is set. New fields keep today's behaviour at
+// their zero values.
 type Request struct {
-	Language string        // a name from Languages(), case-insensitive
+	Language string        // a language name or alias, case-insensitive
 	Code     string        // source text, written as the sandbox's main file
-	Path     string        // or: a file in the workspace, relative to /workspace
+	Path     string        // or: a file in the workspace, relative to WorkspaceDir
 	Args     []string      // argv after the program name
 	Stdin    []byte        // given to the program's standard input
-	Timeout  time.Duration // wall-clock limit; zero means the configured default
+	Timeout  time.Duration // wall-clock limit; zero means DefaultTimeout
 
-	// Workspace, when set, is mounted read-write at /workspace and is the
+	// Workspace, when set, is mounted read-write at WorkspaceDir and is the
 	// working directory of the run. Its changes are committed when the run ends.
 	Workspace Workspace
 }
@@ -65,7 +61,7 @@ type Usage struct {
 	OOMKilled       bool   `json:"oom_killed"`
 }
 
-// Limits are the bounds a sandbox runs under.
+// Limits are the bounds a sandbox runs under, as reported to callers.
 type Limits struct {
 	MemoryBytes    int64   `json:"memory_bytes"`
 	PidsMax        int64   `json:"pids_max"`
@@ -78,29 +74,6 @@ type Limits struct {
 	// Unenforced lists limits the host cannot enforce (rootless on cgroup v1);
 	// empty when every limit above holds.
 	Unenforced []string `json:"unenforced,omitempty"`
-}
-
-// Changes lists workspace paths (relative to /workspace) a run changed.
-type Changes struct {
-	Created  []string `json:"created"`
-	Modified []string `json:"modified"`
-	Deleted  []string `json:"deleted"`
-}
-
-// Workspace gives each run its own view of the agent's files.
-type Workspace interface {
-	// Open prepares a view for one run. The runtime binds View.Dir() at
-	// /workspace, then calls Close once the sandbox is gone.
-	Open(ctx context.Context, runID string) (View, error)
-}
-
-// View is one run's writable view of a workspace.
-type View interface {
-	// Dir is the host directory to bind at /workspace.
-	Dir() string
-	// Close makes the run's changes visible in the workspace, all at once,
-	// and releases the view. It is called whatever the run's status.
-	Close(ctx context.Context) (*Changes, error)
 }
 
 // Language describes a language sandpit can run.
