@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 func TestCheckRuntimeBinary(t *testing.T) {
@@ -32,7 +34,7 @@ func TestCheckRuntimeBinary(t *testing.T) {
 				t.Errorf("err %v does not wrap ErrUnavailable", err)
 			}
 			for _, want := range []string{"hybrid", "--runc-binary runc"} {
-				if !strings.Contains(err.Error(), want) {
+				if !strings.Contains(sandpit.Describe(err), want) {
 					t.Errorf("err %q does not explain %q", err, want)
 				}
 			}

@@ -18,7 +18,7 @@ func TestRootlessRefusesUnenforceableLimits(t *testing.T) {
 	}
 	r := newRuntime(t, func(c *runtime.Config) { c.Rootless = true })
 	_, err := r.Run(t.Context(), sandpit.Request{Language: "python", Code: "print(1)"})
-	if !errors.Is(err, runtime.ErrLimitsUnenforceable) || !strings.Contains(err.Error(), "--allow-unenforced-limits") {
+	if !errors.Is(err, runtime.ErrLimitsUnenforceable) || !strings.Contains(sandpit.Describe(err), "--allow-unenforced-limits") {
 		t.Fatalf("err = %v, want ErrLimitsUnenforceable with the opt-in named", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/oci"
 )
 
@@ -86,7 +87,7 @@ func TestPlanFallback(t *testing.T) {
 					t.Errorf("err %v does not wrap ErrLimitsUnenforceable", f.err)
 				}
 				for _, want := range []string{"cgroup hybrid", "--allow-unenforced-limits", "cgroup v2"} {
-					if !strings.Contains(f.err.Error(), want) {
+					if !strings.Contains(sandpit.Describe(f.err), want) {
 						t.Errorf("err %q does not say %q", f.err, want)
 					}
 				}

@@ -1,0 +1,53 @@
+package sandpit_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestImportRules keeps the arrows between packages one way (STYLE.md, "Who
+// owns what"): the root vocabulary imports nothing of ours; mcp and store
+// never build against containerd or the runtime; the libraries below mcp
+// never import mcp-go or cmd.
+func TestImportRules(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("the go command is not on PATH: cannot list dependencies")
+	}
+	const mod = "github.com/sandpit-dev/sandpit"
+	tests := []struct {
+		name      string
+		pkgs      []string
+		forbidden []string
+	}{
+		{"root imports nothing of ours", []string{"."}, []string{mod + "/"}},
+		{"root imports no containerd", []string{"."}, []string{"github.com/containerd/"}},
+		{"mcp and store stay off containerd and the runtime", []string{"./mcp/...", "./store/..."},
+			[]string{"github.com/containerd/", mod + "/runtime", mod + "/images", mod + "/cmd/"}},
+		{"libraries never import mcp-go or cmd", []string{"./oci/...", "./runtime/...", "./store/...", "./images/..."},
+			[]string{"github.com/mark3labs/mcp-go", mod + "/cmd/", mod + "/mcp"}},
+		{"oci is pure: no daemon client", []string{"./oci/..."}, []string{"github.com/containerd/containerd$", mod + "/runtime"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"list", "-deps", "-f", "{{.ImportPath}}"}, tt.pkgs...)
+			out, err := exec.Command("go", args...).Output()
+			if err != nil {
+				t.Fatalf("go %s: %v", strings.Join(args, " "), err)
+			}
+			deps := strings.Fields(string(out))
+			if len(deps) == 0 {
+				t.Fatal("go list printed no packages")
+			}
+			for _, d := range deps {
+				for _, f := range tt.forbidden {
+					// "x$" forbids exactly x; anything else is a prefix.
+					exact, isExact := strings.CutSuffix(f, "$")
+					if (isExact && d == exact || !isExact && strings.HasPrefix(d, f)) && d != mod {
+						t.Errorf("%v depends on %s", tt.pkgs, d)
+					}
+				}
+			}
+		})
+	}
+}
