@@ -87,12 +87,12 @@ func describeSchemaTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		mcpgo.WithReadOnlyHintAnnotation(true),
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
-	return tool, mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, a DescribeSchemaArgs) (*mcpgo.CallToolResult, error) {
+	return tool, handle(cfg, tool, func(ctx context.Context, a DescribeSchemaArgs) (any, string, error) {
 		sch, err := cfg.QueryDB.DescribeSchema(ctx, a.Database)
 		if err != nil {
-			return toolError(cfg.Logger, "describe_schema", err), nil
+			return nil, "", err
 		}
-		return mcpgo.NewToolResultStructured(sch, formatSchema(sch)), nil
+		return sch, formatSchema(sch), nil
 	})
 }
 
@@ -157,21 +157,19 @@ func queryDBTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	tool := mcpgo.NewTool("query_db",
 		mcpgo.WithDescription("Run one read-only SQL statement on the SQLite database and return the columns and rows. Writes (INSERT, UPDATE, DELETE, CREATE, DROP, ATTACH, VACUUM, writing PRAGMAs) are refused, and so is more than one statement. Pass values through params, not string formatting. Queries are cut off by a time limit and by row and size caps; use describe_schema first to see the tables."),
 		mcpgo.WithInputSchema[QueryDBArgs](),
+		nonBlank("sql"),
 		mcpgo.WithOutputSchema[QueryDBResult](),
 		mcpgo.WithReadOnlyHintAnnotation(true),
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
-	return tool, mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, a QueryDBArgs) (*mcpgo.CallToolResult, error) {
-		if strings.TrimSpace(a.SQL) == "" {
-			return toolError(cfg.Logger, "query_db", argErrorf("sql is required: one SELECT statement (describe_schema lists the tables)")), nil
-		}
+	return tool, handle(cfg, tool, func(ctx context.Context, a QueryDBArgs) (any, string, error) {
 		res, err := cfg.QueryDB.Query(ctx, a.Database, a.SQL, a.Params, a.MaxRows)
 		if err != nil {
-			return toolError(cfg.Logger, "query_db", err), nil
+			return nil, "", err
 		}
 		out := QueryDBResult{Columns: res.Columns, Rows: res.Rows, RowCount: res.RowCount,
 			Truncated: res.Truncated, TruncatedBy: res.TruncatedBy, DurationMS: res.Duration.Milliseconds()}
-		return mcpgo.NewToolResultStructured(out, formatRows(out, res.MaxRows)), nil
+		return out, formatRows(out, res.MaxRows), nil
 	})
 }
 
@@ -231,12 +229,12 @@ func validateJSONTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		mcpgo.WithReadOnlyHintAnnotation(true),
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
-	return tool, mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, a ValidateJSONArgs) (*mcpgo.CallToolResult, error) {
+	return tool, handle(cfg, tool, func(ctx context.Context, a ValidateJSONArgs) (any, string, error) {
 		res, err := cfg.validateJSON(a)
 		if err != nil {
-			return toolError(cfg.Logger, "validate_json_data", err), nil
+			return nil, "", err
 		}
-		return mcpgo.NewToolResultStructured(res, formatJSONResult(res)), nil
+		return res, formatJSONResult(res), nil
 	})
 }
 
@@ -357,12 +355,12 @@ func validateCSVTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		mcpgo.WithReadOnlyHintAnnotation(true),
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
-	return tool, mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, a ValidateCSVArgs) (*mcpgo.CallToolResult, error) {
+	return tool, handle(cfg, tool, func(ctx context.Context, a ValidateCSVArgs) (any, string, error) {
 		res, err := cfg.validateCSV(a)
 		if err != nil {
-			return toolError(cfg.Logger, "validate_csv_data", err), nil
+			return nil, "", err
 		}
-		return mcpgo.NewToolResultStructured(res, formatCSVResult(res)), nil
+		return res, formatCSVResult(res), nil
 	})
 }
 

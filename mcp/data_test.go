@@ -154,7 +154,7 @@ func TestQueryDBTool(t *testing.T) {
 		{"timeout", map[string]any{"sql": "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n+1 FROM c) SELECT count(*) FROM c"}, "timed out", 0},
 		{"syntax", map[string]any{"sql": "SELECT FROM"}, "SQL error", 0},
 		{"missing param", map[string]any{"sql": "SELECT ?"}, "placeholder", 0},
-		{"empty sql", map[string]any{"sql": " "}, "sql is required", 0},
+		{"empty sql", map[string]any{"sql": " "}, "sql: must not be empty", 0},
 		{"workspace db missing", map[string]any{"sql": "SELECT 1", "database": "nope.db"}, "does not exist", 0},
 	}
 	for _, tt := range tests {

@@ -65,10 +65,10 @@ func listFilesTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		mcpgo.WithReadOnlyHintAnnotation(true),
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
-	return tool, mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, a ListFilesArgs) (*mcpgo.CallToolResult, error) {
+	return tool, handle(cfg, tool, func(ctx context.Context, a ListFilesArgs) (any, string, error) {
 		ls, err := cfg.Files.List(ctx, a.Path, a.Recursive)
 		if err != nil {
-			return toolError(cfg.Logger, "list_files", err), nil
+			return nil, "", err
 		}
 		out := ListFilesResult{Path: a.Path, Entries: []FileEntry{}, Truncated: ls.Truncated}
 		if out.Path == "" {
@@ -85,7 +85,7 @@ func listFilesTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		if ls.Truncated {
 			b.WriteString("(truncated: list a subdirectory to see more)\n")
 		}
-		return mcpgo.NewToolResultStructured(out, b.String()), nil
+		return out, b.String(), nil
 	})
 }
 
@@ -112,20 +112,18 @@ func readFileTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	tool := mcpgo.NewTool("read_file",
 		mcpgo.WithDescription("Read a file from the workspace: text as UTF-8, binary as base64. Large files are read in pieces with offset and limit. FIFOs, devices, sockets and symlinks are refused."),
 		mcpgo.WithInputSchema[ReadFileArgs](),
+		nonBlank("path"),
 		mcpgo.WithOutputSchema[ReadFileResult](),
 		mcpgo.WithReadOnlyHintAnnotation(true),
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
-	return tool, mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, a ReadFileArgs) (*mcpgo.CallToolResult, error) {
-		if a.Path == "" {
-			return toolError(cfg.Logger, "read_file", argErrorf("path is required")), nil
-		}
+	return tool, handle(cfg, tool, func(ctx context.Context, a ReadFileArgs) (any, string, error) {
 		if a.Offset < 0 || a.Limit < 0 {
-			return toolError(cfg.Logger, "read_file", argErrorf("offset and limit must not be negative")), nil
+			return nil, "", argErrorf("offset and limit must not be negative")
 		}
 		c, err := cfg.Files.Read(ctx, a.Path, a.Offset, a.Limit)
 		if err != nil {
-			return toolError(cfg.Logger, "read_file", err), nil
+			return nil, "", err
 		}
 		out := toReadResult(c)
 		text := out.Content
@@ -135,7 +133,7 @@ func readFileTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		if !out.EOF {
 			text += fmt.Sprintf("\n(%d of %d bytes shown; read from offset %d for more)", out.NextOffset, out.Size, out.NextOffset)
 		}
-		return mcpgo.NewToolResultStructured(out, text), nil
+		return out, text, nil
 	})
 }
 
@@ -185,15 +183,13 @@ func writeFileTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	tool := mcpgo.NewTool("write_file",
 		mcpgo.WithDescription("Create or replace a file in the workspace, atomically (readers and runs see the old or the new content, never a mix). Parent directories are created. Runs see it at /workspace/<path>."),
 		mcpgo.WithInputSchema[WriteFileArgs](),
+		nonBlank("path"),
 		mcpgo.WithOutputSchema[WriteFileResult](),
 		mcpgo.WithDestructiveHintAnnotation(true),
 		mcpgo.WithIdempotentHintAnnotation(true),
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
-	return tool, mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, a WriteFileArgs) (*mcpgo.CallToolResult, error) {
-		if a.Path == "" {
-			return toolError(cfg.Logger, "write_file", argErrorf("path is required")), nil
-		}
+	return tool, handle(cfg, tool, func(ctx context.Context, a WriteFileArgs) (any, string, error) {
 		var data []byte
 		switch strings.ToLower(a.Encoding) {
 		case "", "utf-8", "utf8", "text":
@@ -201,17 +197,17 @@ func writeFileTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		case "base64":
 			var err error
 			if data, err = base64.StdEncoding.DecodeString(a.Content); err != nil {
-				return toolError(cfg.Logger, "write_file", argErrorf("content is not valid base64: %v", err)), nil
+				return nil, "", argErrorf("content is not valid base64: %v", err)
 			}
 		default:
-			return toolError(cfg.Logger, "write_file", argErrorf("encoding %q is not supported: use utf-8 or base64", a.Encoding)), nil
+			return nil, "", argErrorf("encoding %q is not supported: use utf-8 or base64", a.Encoding)
 		}
 		e, err := cfg.Files.Write(ctx, a.Path, data)
 		if err != nil {
-			return toolError(cfg.Logger, "write_file", err), nil
+			return nil, "", err
 		}
 		out := WriteFileResult{Path: e.Path, Bytes: e.Size, MTime: e.ModTime.UTC()}
-		return mcpgo.NewToolResultStructured(out, fmt.Sprintf("wrote %d bytes to %s", out.Bytes, out.Path)), nil
+		return out, fmt.Sprintf("wrote %d bytes to %s", out.Bytes, out.Path), nil
 	})
 }
 
@@ -229,18 +225,16 @@ func deleteFileTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	tool := mcpgo.NewTool("delete_file",
 		mcpgo.WithDescription("Delete a file, or a directory with everything in it, from the workspace. A symlink is removed itself, never followed."),
 		mcpgo.WithInputSchema[DeleteFileArgs](),
+		nonBlank("path"),
 		mcpgo.WithOutputSchema[PathResult](),
 		mcpgo.WithDestructiveHintAnnotation(true),
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
-	return tool, mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, a DeleteFileArgs) (*mcpgo.CallToolResult, error) {
-		if a.Path == "" {
-			return toolError(cfg.Logger, "delete_file", argErrorf("path is required")), nil
-		}
+	return tool, handle(cfg, tool, func(ctx context.Context, a DeleteFileArgs) (any, string, error) {
 		if err := cfg.Files.Delete(ctx, a.Path); err != nil {
-			return toolError(cfg.Logger, "delete_file", err), nil
+			return nil, "", err
 		}
-		return mcpgo.NewToolResultStructured(PathResult{Path: a.Path}, "deleted "+a.Path), nil
+		return PathResult{Path: a.Path}, "deleted "+a.Path, nil
 	})
 }
 
@@ -254,17 +248,15 @@ func moveFileTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	tool := mcpgo.NewTool("move_file",
 		mcpgo.WithDescription("Move or rename a file or directory inside the workspace."),
 		mcpgo.WithInputSchema[MoveFileArgs](),
+		nonBlank("from", "to"),
 		mcpgo.WithOutputSchema[PathResult](),
 		mcpgo.WithDestructiveHintAnnotation(true),
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
-	return tool, mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, a MoveFileArgs) (*mcpgo.CallToolResult, error) {
-		if a.From == "" || a.To == "" {
-			return toolError(cfg.Logger, "move_file", argErrorf("from and to are required")), nil
-		}
+	return tool, handle(cfg, tool, func(ctx context.Context, a MoveFileArgs) (any, string, error) {
 		if err := cfg.Files.Move(ctx, a.From, a.To); err != nil {
-			return toolError(cfg.Logger, "move_file", err), nil
+			return nil, "", err
 		}
-		return mcpgo.NewToolResultStructured(PathResult{Path: a.To}, fmt.Sprintf("moved %s to %s", a.From, a.To)), nil
+		return PathResult{Path: a.To}, fmt.Sprintf("moved %s to %s", a.From, a.To), nil
 	})
 }

@@ -161,17 +161,17 @@ func historyTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		mcpgo.WithReadOnlyHintAnnotation(true),
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
-	handler := mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, a HistoryArgs) (*mcpgo.CallToolResult, error) {
+	handler := handle(cfg, tool, func(ctx context.Context, a HistoryArgs) (any, string, error) {
 		f, err := historyFilter(a)
 		if err != nil {
-			return toolError(cfg.Logger, "get_execution_history", err), nil
+			return nil, "", err
 		}
 		runs, err := cfg.History.List(ctx, f)
 		if errors.Is(err, history.ErrNotFound) {
 			err = argErrorf("before: %v (it may have been pruned; give an ISO-8601 time instead)", err)
 		}
 		if err != nil {
-			return toolError(cfg.Logger, "get_execution_history", err), nil
+			return nil, "", err
 		}
 		out := HistoryResult{Runs: make([]RunSummary, len(runs))}
 		for i, r := range runs {
@@ -180,7 +180,7 @@ func historyTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		if len(runs) == f.Limit {
 			out.NextBefore = runs[len(runs)-1].ID
 		}
-		return mcpgo.NewToolResultStructured(out, formatHistory(out)), nil
+		return out, formatHistory(out), nil
 	})
 	return tool, handler
 }
@@ -283,17 +283,18 @@ func getRunTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	tool := mcpgo.NewTool("get_run",
 		mcpgo.WithDescription("Return one past run in full: its complete code, status, exit code, usage (CPU, peak memory, pids), limits, the first KiB of stdout and stderr, and the workspace files it changed."),
 		mcpgo.WithInputSchema[GetRunArgs](),
+		nonBlank("id"),
 		mcpgo.WithOutputSchema[RunRecord](),
 		mcpgo.WithReadOnlyHintAnnotation(true),
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
-	handler := mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, a GetRunArgs) (*mcpgo.CallToolResult, error) {
+	handler := handle(cfg, tool, func(ctx context.Context, a GetRunArgs) (any, string, error) {
 		r, err := getRun(ctx, cfg.History, a.ID)
 		if err != nil {
-			return toolError(cfg.Logger, "get_run", err), nil
+			return nil, "", err
 		}
 		out := record(r)
-		return mcpgo.NewToolResultStructured(out, formatRecord(out)), nil
+		return out, formatRecord(out), nil
 	})
 	return tool, handler
 }

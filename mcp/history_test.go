@@ -321,7 +321,7 @@ func TestBadArgumentsAreRejected(t *testing.T) {
 		{"offset and before", "get_execution_history", map[string]any{"offset": 1, "before": "run-001"}, "not both"},
 		{"before unknown run", "get_execution_history", map[string]any{"before": "run-999"}, "not found"},
 		{"get_run unknown", "get_run", map[string]any{"id": "run-999"}, "get_execution_history lists"},
-		{"get_run empty", "get_run", map[string]any{"id": ""}, "id is required"},
+		{"get_run empty", "get_run", map[string]any{"id": ""}, "id: must not be empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -241,7 +241,7 @@ func metricsTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		mcpgo.WithReadOnlyHintAnnotation(true),
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
-	return tool, func(ctx context.Context, _ mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+	return tool, handle(cfg, tool, func(ctx context.Context, _ noArgs) (any, string, error) {
 		out := MetricsResult{
 			Runs:   cfg.metrics.snapshot(),
 			Server: serverMetrics(cfg.metrics.started),
@@ -256,8 +256,8 @@ func metricsTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 			cancel()
 			out.Containerd = &h
 		}
-		return mcpgo.NewToolResultStructured(out, formatMetrics(out)), nil
-	}
+		return out, formatMetrics(out), nil
+	})
 }
 
 func formatMetrics(m MetricsResult) string {

@@ -52,22 +52,23 @@ func runCodeTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 				"C and C++ are compiled first; a compiler failure is status compile_error. Timeout defaults to %s, at most %s.",
 			strings.Join(langs, ", "), cfg.DefaultTimeout, cfg.MaxTimeout)),
 		mcpgo.WithInputSchema[RunCodeArgs](),
+		nonBlank("language"),
 		mcpgo.WithOutputSchema[RunCodeResult](),
 		mcpgo.WithDestructiveHintAnnotation(false),
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
-	handler := mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, args RunCodeArgs) (*mcpgo.CallToolResult, error) {
+	handler := handle(cfg, tool, func(ctx context.Context, args RunCodeArgs) (any, string, error) {
 		req, err := cfg.runRequest(args)
 		if err != nil {
 			cfg.metrics.reject()
-			return toolError(cfg.Logger, "run_code", err), nil
+			return nil, "", err
 		}
 		res, err := cfg.Runner.Run(ctx, req)
 		if err != nil {
-			return toolError(cfg.Logger, "run_code", err), nil
+			return nil, "", err
 		}
 		out := toRunCodeResult(res)
-		return mcpgo.NewToolResultStructured(out, formatRun(out)), nil
+		return out, formatRun(out), nil
 	})
 	return tool, handler
 }
@@ -179,20 +180,20 @@ type LanguagesResult struct {
 	Languages []LanguageInfo `json:"languages"`
 }
 
-func listLanguagesTool(r Runner) (mcpgo.Tool, server.ToolHandlerFunc) {
+func listLanguagesTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	tool := mcpgo.NewTool("list_supported_languages",
 		mcpgo.WithDescription("List the languages run_code accepts, with the image and version each runs on."),
 		mcpgo.WithOutputSchema[LanguagesResult](),
 		mcpgo.WithReadOnlyHintAnnotation(true),
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
-	return tool, func(ctx context.Context, _ mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+	return tool, handle(cfg, tool, func(ctx context.Context, _ noArgs) (any, string, error) {
 		var out LanguagesResult
 		var b strings.Builder
-		for _, l := range r.Languages() {
+		for _, l := range cfg.Runner.Languages() {
 			out.Languages = append(out.Languages, LanguageInfo{l.Name, l.Image, l.Version, l.Description})
 			fmt.Fprintf(&b, "%s: %s (%s) — %s\n", l.Name, l.Version, l.Image, l.Description)
 		}
-		return mcpgo.NewToolResultStructured(out, b.String()), nil
-	}
+		return out, b.String(), nil
+	})
 }

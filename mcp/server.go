@@ -97,7 +97,7 @@ func NewServer(cfg Config) *server.MCPServer {
 	if cfg.Runner != nil {
 		cfg.Runner = &observedRunner{Runner: cfg.Runner, metrics: cfg.metrics, history: cfg.History, log: cfg.Logger}
 		s.AddTool(runCodeTool(cfg))
-		s.AddTool(listLanguagesTool(cfg.Runner))
+		s.AddTool(listLanguagesTool(cfg))
 	}
 	if cfg.Files != nil {
 		addWorkspaceTools(s, cfg)

@@ -49,16 +49,16 @@ func createSnapshotTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		mcpgo.WithDestructiveHintAnnotation(false),
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
-	return tool, mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, a CreateSnapshotArgs) (*mcpgo.CallToolResult, error) {
+	return tool, handle(cfg, tool, func(ctx context.Context, a CreateSnapshotArgs) (any, string, error) {
 		if len(a.Description) > 1000 {
-			return toolError(cfg.Logger, "create_state_snapshot", argErrorf("description is %d bytes; keep it under 1000", len(a.Description))), nil
+			return nil, "", argErrorf("description is %d bytes; keep it under 1000", len(a.Description))
 		}
 		s, err := cfg.Snapshots.Create(ctx, a.Description)
 		if err != nil {
-			return toolError(cfg.Logger, "create_state_snapshot", err), nil
+			return nil, "", err
 		}
 		out := toSnapshotInfo(s)
-		return mcpgo.NewToolResultStructured(out, fmt.Sprintf("snapshot_id: %s (%d files, %d bytes)", out.SnapshotID, out.Files, out.Bytes)), nil
+		return out, fmt.Sprintf("snapshot_id: %s (%d files, %d bytes)", out.SnapshotID, out.Files, out.Bytes), nil
 	})
 }
 
@@ -74,10 +74,10 @@ func listSnapshotsTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		mcpgo.WithReadOnlyHintAnnotation(true),
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
-	return tool, func(ctx context.Context, _ mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+	return tool, handle(cfg, tool, func(ctx context.Context, _ noArgs) (any, string, error) {
 		list, err := cfg.Snapshots.List(ctx)
 		if err != nil {
-			return toolError(cfg.Logger, "list_state_snapshots", err), nil
+			return nil, "", err
 		}
 		out := ListSnapshotsResult{Snapshots: []SnapshotInfo{}}
 		var b strings.Builder
@@ -89,8 +89,8 @@ func listSnapshotsTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		if len(list) == 0 {
 			b.WriteString("no snapshots yet: create_state_snapshot records one\n")
 		}
-		return mcpgo.NewToolResultStructured(out, b.String()), nil
-	}
+		return out, b.String(), nil
+	})
 }
 
 // SnapshotIDArgs name one snapshot.
@@ -108,19 +108,17 @@ func restoreSnapshotTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	tool := mcpgo.NewTool("restore_state_snapshot",
 		mcpgo.WithDescription("Make the workspace exactly equal to a snapshot, atomically: files not in it are deleted, changed files rewritten, missing ones recreated, modes and mtimes restored. Refused while code is running."),
 		mcpgo.WithInputSchema[SnapshotIDArgs](),
+		nonBlank("snapshot_id"),
 		mcpgo.WithOutputSchema[SnapshotActionResult](),
 		mcpgo.WithDestructiveHintAnnotation(true),
 		mcpgo.WithIdempotentHintAnnotation(true),
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
-	return tool, mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, a SnapshotIDArgs) (*mcpgo.CallToolResult, error) {
-		if a.SnapshotID == "" {
-			return toolError(cfg.Logger, "restore_state_snapshot", argErrorf("snapshot_id is required (list_state_snapshots shows them)")), nil
-		}
+	return tool, handle(cfg, tool, func(ctx context.Context, a SnapshotIDArgs) (any, string, error) {
 		if err := cfg.Snapshots.Restore(ctx, a.SnapshotID); err != nil {
-			return toolError(cfg.Logger, "restore_state_snapshot", err), nil
+			return nil, "", err
 		}
-		return mcpgo.NewToolResultStructured(SnapshotActionResult{a.SnapshotID, "restored"}, "workspace restored to "+a.SnapshotID), nil
+		return SnapshotActionResult{a.SnapshotID, "restored"}, "workspace restored to "+a.SnapshotID, nil
 	})
 }
 
@@ -128,18 +126,16 @@ func deleteSnapshotTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	tool := mcpgo.NewTool("delete_state_snapshot",
 		mcpgo.WithDescription("Delete a snapshot and free the stored content no other snapshot uses. The workspace itself is not changed."),
 		mcpgo.WithInputSchema[SnapshotIDArgs](),
+		nonBlank("snapshot_id"),
 		mcpgo.WithOutputSchema[SnapshotActionResult](),
 		mcpgo.WithDestructiveHintAnnotation(true),
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
-	return tool, mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, a SnapshotIDArgs) (*mcpgo.CallToolResult, error) {
-		if a.SnapshotID == "" {
-			return toolError(cfg.Logger, "delete_state_snapshot", argErrorf("snapshot_id is required (list_state_snapshots shows them)")), nil
-		}
+	return tool, handle(cfg, tool, func(ctx context.Context, a SnapshotIDArgs) (any, string, error) {
 		if err := cfg.Snapshots.Delete(ctx, a.SnapshotID); err != nil {
-			return toolError(cfg.Logger, "delete_state_snapshot", err), nil
+			return nil, "", err
 		}
-		return mcpgo.NewToolResultStructured(SnapshotActionResult{a.SnapshotID, "deleted"}, "deleted snapshot "+a.SnapshotID), nil
+		return SnapshotActionResult{a.SnapshotID, "deleted"}, "deleted snapshot "+a.SnapshotID, nil
 	})
 }
 
@@ -155,17 +151,15 @@ func diffSnapshotTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	tool := mcpgo.NewTool("diff_state_snapshot",
 		mcpgo.WithDescription("List what changed in the workspace since a snapshot: files added, removed and changed."),
 		mcpgo.WithInputSchema[SnapshotIDArgs](),
+		nonBlank("snapshot_id"),
 		mcpgo.WithOutputSchema[DiffSnapshotResult](),
 		mcpgo.WithReadOnlyHintAnnotation(true),
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
-	return tool, mcpgo.NewTypedToolHandler(func(ctx context.Context, _ mcpgo.CallToolRequest, a SnapshotIDArgs) (*mcpgo.CallToolResult, error) {
-		if a.SnapshotID == "" {
-			return toolError(cfg.Logger, "diff_state_snapshot", argErrorf("snapshot_id is required (list_state_snapshots shows them)")), nil
-		}
+	return tool, handle(cfg, tool, func(ctx context.Context, a SnapshotIDArgs) (any, string, error) {
 		d, err := cfg.Snapshots.Diff(ctx, a.SnapshotID)
 		if err != nil {
-			return toolError(cfg.Logger, "diff_state_snapshot", err), nil
+			return nil, "", err
 		}
 		out := DiffSnapshotResult{SnapshotID: a.SnapshotID, Added: d.Added, Removed: d.Removed, Changed: d.Changed}
 		var b strings.Builder
@@ -180,7 +174,7 @@ func diffSnapshotTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		if b.Len() == 0 {
 			b.WriteString("no changes since " + a.SnapshotID + "\n")
 		}
-		return mcpgo.NewToolResultStructured(out, b.String()), nil
+		return out, b.String(), nil
 	})
 }
 
@@ -197,12 +191,12 @@ func undoLastRunTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		mcpgo.WithDestructiveHintAnnotation(true),
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
-	return tool, func(ctx context.Context, _ mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+	return tool, handle(cfg, tool, func(ctx context.Context, _ noArgs) (any, string, error) {
 		s, err := cfg.Snapshots.UndoLastRun(ctx)
 		if err != nil {
-			return toolError(cfg.Logger, "undo_last_run", err), nil
+			return nil, "", err
 		}
 		out := UndoResult{Restored: s.Description, Created: s.Created.UTC()}
-		return mcpgo.NewToolResultStructured(out, "workspace restored to its state "+s.Description), nil
-	}
+		return out, "workspace restored to its state "+s.Description, nil
+	})
 }

@@ -181,7 +181,7 @@ func TestMCPBadInput(t *testing.T) {
 		want string
 	}{
 		{"unknown language", map[string]any{"language": "cobol", "code": "x"}, "supported languages"},
-		{"missing language", map[string]any{"code": "print(1)"}, "language is required"},
+		{"missing language", map[string]any{"code": "print(1)"}, "missing property 'language'"},
 		{"empty code", map[string]any{"language": "python", "code": "  "}, "code is empty"},
 		{"code too large", map[string]any{"language": "python", "code": strings.Repeat("#", 65*1024)}, "over the"},
 		{"timeout over ceiling", map[string]any{"language": "python", "code": "print(1)", "timeout_seconds": 600}, "ceiling"},
