@@ -234,7 +234,7 @@ func deleteFileTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		if err := cfg.Files.Delete(ctx, a.Path); err != nil {
 			return nil, "", err
 		}
-		return PathResult{Path: a.Path}, "deleted "+a.Path, nil
+		return PathResult{Path: a.Path}, "deleted " + a.Path, nil
 	})
 }
 

@@ -118,7 +118,7 @@ func restoreSnapshotTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		if err := cfg.Snapshots.Restore(ctx, a.SnapshotID); err != nil {
 			return nil, "", err
 		}
-		return SnapshotActionResult{a.SnapshotID, "restored"}, "workspace restored to "+a.SnapshotID, nil
+		return SnapshotActionResult{a.SnapshotID, "restored"}, "workspace restored to " + a.SnapshotID, nil
 	})
 }
 
@@ -135,7 +135,7 @@ func deleteSnapshotTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		if err := cfg.Snapshots.Delete(ctx, a.SnapshotID); err != nil {
 			return nil, "", err
 		}
-		return SnapshotActionResult{a.SnapshotID, "deleted"}, "deleted snapshot "+a.SnapshotID, nil
+		return SnapshotActionResult{a.SnapshotID, "deleted"}, "deleted snapshot " + a.SnapshotID, nil
 	})
 }
 
@@ -197,6 +197,6 @@ func undoLastRunTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 			return nil, "", err
 		}
 		out := UndoResult{Restored: s.Description, Created: s.Created.UTC()}
-		return out, "workspace restored to its state "+s.Description, nil
+		return out, "workspace restored to its state " + s.Description, nil
 	})
 }
