@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	digest "github.com/opencontainers/go-digest"
+
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
 // fillWith returns a build step that writes content as the layer, or fails
@@ -248,16 +250,14 @@ func TestLockKey(t *testing.T) {
 // and /sys mounted inside its target; cleanup must unmount, not delete
 // through them.
 func TestRemoveTreeUnmountsFirst(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
+	testenv.NeedRoot(t, "mounting a tmpfs")
 	dir := filepath.Join(t.TempDir(), buildPrefix+"k1-1")
 	target := filepath.Join(dir, "rootfs", "proc")
 	if err := os.MkdirAll(target, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := syscall.Mount("tmpfs", target, "tmpfs", 0, "size=1m"); err != nil {
-		t.Skipf("cannot mount tmpfs here: %v", err)
+		testenv.Skip(t, "cannot mount tmpfs here: "+err.Error())
 	}
 	t.Cleanup(func() { syscall.Unmount(target, syscall.MNT_DETACH) })
 	if err := os.WriteFile(filepath.Join(target, "self"), []byte("x"), 0o644); err != nil {

@@ -5,21 +5,14 @@ import (
 	"testing"
 
 	"github.com/sandpit-dev/sandpit"
-	"github.com/sandpit-dev/sandpit/internal/testenv"
+	"github.com/sandpit-dev/sandpit/internal/testruntime"
 	"github.com/sandpit-dev/sandpit/runtime"
 )
 
 // realRuntime is a runtime on the test containerd (skips without one).
 func realRuntime(t *testing.T, mod func(*runtime.Config)) *runtime.Runtime {
 	t.Helper()
-	cfg := runtime.Config{
-		Address:   testenv.Containerd(t),
-		Namespace: testenv.Namespace,
-		Instance:  "mcp-" + strings.ReplaceAll(t.Name(), "/", "-"),
-		StateDir:  t.TempDir(),
-		Languages: runtime.DefaultLanguages(testenv.Image()),
-		UserNS:    testenv.IDMap(),
-	}
+	cfg := testruntime.Config(t)
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
 func writeFiles(t *testing.T, root string, files map[string]string) {
@@ -73,6 +74,6 @@ func TestNewCgroupFSFindsHostControllers(t *testing.T) {
 			t.Errorf("cgroup v2 host: no controller mount found")
 		}
 	default:
-		t.Skip("no cgroup filesystem on this host")
+		testenv.Skip(t, "no cgroup filesystem on this host")
 	}
 }

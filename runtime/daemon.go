@@ -111,7 +111,7 @@ func (d PrivateDaemon) Start(ctx context.Context, log *slog.Logger) error {
 	}
 	sock := d.Address()
 	conf := filepath.Join(d.Dir, "config.toml")
-	if err := os.WriteFile(conf, []byte(d.config()), 0o600); err != nil {
+	if err := os.WriteFile(conf, []byte(d.Config()), 0o600); err != nil {
 		return err
 	}
 	for _, f := range []string{sock, sock + ".ttrpc", filepath.Join(d.Dir, "debug.sock")} {
@@ -149,7 +149,12 @@ func (d PrivateDaemon) Start(ctx context.Context, log *slog.Logger) error {
 	return fmt.Errorf("containerd did not answer within 15s; see %s", filepath.Join(d.Dir, "containerd.log"))
 }
 
-func (d PrivateDaemon) config() string {
+// Config is the daemon's config.toml: its own root, state, sockets and
+// plugin dir, CRI disabled. `sandpit containerd config` prints it for
+// scripts that start a containerd themselves (rootless.sh), so the file is
+// written in one place.
+func (d PrivateDaemon) Config() string {
+	d.defaults()
 	q := strconv.Quote
 	sock := d.Address()
 	return strings.Join([]string{
@@ -171,4 +176,45 @@ func (d PrivateDaemon) config() string {
 		`  path = ` + q(filepath.Join(d.Root, "opt")),
 		``,
 	}, "\n")
+}
+
+// PID returns the pid of the running private daemon, from its pid file, or
+// 0 when none runs.
+func (d PrivateDaemon) PID() int {
+	d.defaults()
+	b, err := os.ReadFile(filepath.Join(d.Dir, "containerd.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 || syscall.Kill(pid, 0) != nil {
+		return 0
+	}
+	return pid
+}
+
+// Stop ends the private daemon: SIGTERM, then SIGKILL after 5 s. Its
+// sandboxes' shims keep running (containerd's design); the janitor of the
+// next server removes what they hold.
+func (d PrivateDaemon) Stop(ctx context.Context) error {
+	d.defaults()
+	pid := d.PID()
+	if pid == 0 {
+		return nil
+	}
+	syscall.Kill(pid, syscall.SIGTERM)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		if syscall.Kill(pid, 0) != nil {
+			os.Remove(filepath.Join(d.Dir, "containerd.pid"))
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	os.Remove(filepath.Join(d.Dir, "containerd.pid"))
+	return nil
 }

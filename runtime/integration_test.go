@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,27 +18,16 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
+	"github.com/sandpit-dev/sandpit/internal/testruntime"
 	"github.com/sandpit-dev/sandpit/runtime"
 )
-
-var instanceSeq atomic.Int64
 
 // newRuntime returns a runtime on the test containerd with its own instance
 // label, so its janitor and leak checks see only this test's sandboxes.
 func newRuntime(t *testing.T, mod ...func(*runtime.Config)) *runtime.Runtime {
 	t.Helper()
-	addr := testenv.Containerd(t)
-	cfg := runtime.Config{
-		Address:   addr,
-		Namespace: testenv.Namespace,
-		// Unique across test processes too: New's janitor sweeps everything
-		// of its instance, and two `go test` runs of one package (a developer
-		// beside CI) would otherwise delete each other's live sandboxes.
-		Instance:  fmt.Sprintf("test-%s-%d-%d", strings.ReplaceAll(t.Name(), "/", "-"), os.Getpid(), instanceSeq.Add(1)),
-		StateDir:  t.TempDir(),
-		Languages: runtime.DefaultLanguages(testenv.Image()),
-		UserNS:    testenv.IDMap(),
-	}
+	cfg := testruntime.Config(t)
+	addr := cfg.Address
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -307,9 +295,8 @@ func TestMain(m *testing.M) {
 }
 
 func TestJanitorRemovesOrphans(t *testing.T) {
-	addr := testenv.Containerd(t)
-	instance := "test-janitor"
-	cfg := runtime.Config{Address: addr, Namespace: testenv.Namespace, Instance: instance, StateDir: t.TempDir(), Languages: runtime.DefaultLanguages(testenv.Image()), UserNS: testenv.IDMap()}
+	cfg := testruntime.Config(t)
+	addr, instance := cfg.Address, cfg.Instance
 	// The crashing server also has a warm pool: its pooled sandboxes and
 	// their mount points must go too.
 	childCfg := cfg

@@ -22,6 +22,12 @@ if [ -n "$unformatted" ]; then
 	echo "gofmt needed on:"; echo "$unformatted"; exit 1
 fi
 go vet ./...
+echo "== lint"
+# go.mod lists exactly what the code imports (direct vs indirect included).
+if ! go mod tidy -diff; then
+	echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1
+fi
+go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 echo "== containerd"
 sock=$(scripts/containerd.sh start)

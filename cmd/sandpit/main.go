@@ -40,6 +40,7 @@ func main() {
 			imagesCommand(),
 			historyCommand(),
 			benchCommand(),
+			containerdCommand(),
 		},
 	}
 	if err := app.Run(os.Args); err != nil {

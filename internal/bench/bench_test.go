@@ -230,7 +230,7 @@ func TestReport(t *testing.T) {
 	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
-	if back.Latency[0].MedianMS != 10 || back.Throughput[0].RunsPerSec != 8 || back.Leftovers != nil && len(back.Leftovers) != 0 {
+	if back.Latency[0].MedianMS != 10 || back.Throughput[0].RunsPerSec != 8 || len(back.Leftovers) != 0 {
 		t.Errorf("round trip: %+v", back)
 	}
 }

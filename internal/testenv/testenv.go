@@ -8,7 +8,10 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sandpit-dev/sandpit/oci"
@@ -72,4 +75,34 @@ func Containerd(t testing.TB) string {
 		t.Skipf("skipping integration test: %s", reason)
 	}
 	return addr
+}
+
+var instanceSeq atomic.Int64
+
+// Instance returns an instance label no other test, and no other test
+// process, uses: a runtime's janitor sweeps everything of its instance, so
+// two `go test` runs of one package (a developer beside CI) would otherwise
+// delete each other's live sandboxes.
+func Instance(t testing.TB) string {
+	name := strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
+	return fmt.Sprintf("test-%s-%d-%d", name, os.Getpid(), instanceSeq.Add(1))
+}
+
+// Skip skips the test with reason, or fails it when CI requires every
+// integration test to run (SANDPIT_REQUIRE_INTEGRATION=1): a missing
+// privilege or tool must never be how the suite passes there.
+func Skip(t testing.TB, reason string) {
+	t.Helper()
+	if os.Getenv(EnvRequire) == "1" {
+		t.Fatalf("test cannot run: %s", reason)
+	}
+	t.Skip(reason)
+}
+
+// NeedRoot skips (fails, in CI) unless the test runs as root.
+func NeedRoot(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Skip(t, why+" needs root")
+	}
 }

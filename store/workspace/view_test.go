@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
 // sandboxOwner stands for base+1000 of a user namespace mapping.
@@ -23,9 +24,7 @@ var sandboxOwner = Owner{UID: 101000, GID: 101000}
 
 func needRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount overlays")
-	}
+	testenv.NeedRoot(t, "mounting overlays")
 }
 
 // runAs runs a shell script in dir as the sandbox user, as a run would.

@@ -1,9 +1,14 @@
 package sandpit_test
 
 import (
+	"io/fs"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
 // TestImportRules keeps the arrows between packages one way (STYLE.md, "Who
@@ -12,7 +17,7 @@ import (
 // never import mcp-go or cmd.
 func TestImportRules(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("the go command is not on PATH: cannot list dependencies")
+		testenv.Skip(t, "the go command is not on PATH: cannot list dependencies")
 	}
 	const mod = "github.com/sandpit-dev/sandpit"
 	tests := []struct {
@@ -49,5 +54,44 @@ func TestImportRules(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestIntegrationTestFilesNamed: a test file that needs a real containerd
+// is named *integration_test.go, so a reader (and `go test -run` by file)
+// tells the pure tests from the ones that create containers.
+func TestIntegrationTestFilesNamed(t *testing.T) {
+	markers := []string{"testenv.Containerd(", "testruntime."}
+	n := 0
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") || strings.HasPrefix(path, "internal/test") || path == "layout_test.go" {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range markers {
+			if strings.Contains(string(b), m) {
+				n++
+				if !strings.HasSuffix(path, "integration_test.go") {
+					t.Errorf("%s uses %s (a real containerd) but is not named *integration_test.go", path, strings.TrimSuffix(m, "("))
+				}
+				break
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 {
+		t.Fatal("found no integration test files: the markers are wrong")
 	}
 }

@@ -68,7 +68,7 @@ func serverArgs(t *testing.T) []string {
 	addr := testenv.Containerd(t)
 	return append([]string{
 		"--address", addr, "--no-start", "--build-images=false", "--memory-mb", "256",
-		"--instance", "e2e-" + strings.ReplaceAll(t.Name(), "/", "-"),
+		"--instance", testenv.Instance(t),
 	}, storeArgs(t)...)
 }
 

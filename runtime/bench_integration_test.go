@@ -11,14 +11,13 @@ package runtime_test
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/bench"
-	"github.com/sandpit-dev/sandpit/internal/testenv"
+	"github.com/sandpit-dev/sandpit/internal/testruntime"
 	"github.com/sandpit-dev/sandpit/runtime"
 )
 
@@ -26,14 +25,7 @@ import (
 // may be left with that label.
 func benchRuntime(b *testing.B) *runtime.Runtime {
 	b.Helper()
-	cfg := runtime.Config{
-		Address:   testenv.Containerd(b),
-		Namespace: testenv.Namespace,
-		Instance:  "bench-" + strings.ReplaceAll(b.Name(), "/", "-"),
-		StateDir:  b.TempDir(),
-		Languages: runtime.DefaultLanguages(testenv.Image()),
-		UserNS:    testenv.IDMap(),
-	}
+	cfg := testruntime.Config(b)
 	r, err := runtime.New(cfg)
 	if err != nil {
 		b.Fatal(err)

@@ -31,7 +31,7 @@ func benchOutput(t *testing.T, args ...string) (stdout, stderr string) {
 			t.Fatal(err)
 		}
 	}
-	base := []string{"bench", "--address", addr, "--no-start", "--instance", "e2e-" + t.Name(), "--state-dir", state,
+	base := []string{"bench", "--address", addr, "--no-start", "--instance", testenv.Instance(t), "--state-dir", state,
 		"--n", "2", "--warmup", "0", "--docker-image", "sandpit-test-absent:none"}
 	cmd := exec.CommandContext(ctx, binPath, append(base, args...)...)
 	var out, errb bytes.Buffer
