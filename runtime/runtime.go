@@ -22,8 +22,8 @@ import (
 	"time"
 
 	"github.com/containerd/containerd"
-	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/api/types/runc/options"
+	"github.com/containerd/containerd/namespaces"
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/images"
