@@ -28,6 +28,7 @@ import (
 	"github.com/containerd/containerd/errdefs"
 	cimages "github.com/containerd/containerd/images"
 	transferarchive "github.com/containerd/containerd/images/archive"
+	"github.com/containerd/containerd/namespaces"
 
 	"github.com/sandpit-dev/sandpit"
 )
@@ -61,6 +62,9 @@ type Builder struct {
 	// Log defaults to slog.Default().
 	Log *slog.Logger
 
+	// ns, when set (Store.Builder), is the namespace Build and Ensure use.
+	ns string
+
 	// bootstrap and probe are debootstrap and chroot; tests replace them.
 	bootstrap func(ctx context.Context, r Recipe, mirror, rootfs string, out io.Writer) error
 	probe     probeFunc
@@ -90,6 +94,14 @@ func (b *Builder) snapshotter() string {
 	return DefaultSnapshotter
 }
 
+// nsctx applies the builder's namespace, when it has one; otherwise ctx's.
+func (b *Builder) nsctx(ctx context.Context) context.Context {
+	if b.ns != "" {
+		return namespaces.WithNamespace(ctx, b.ns)
+	}
+	return ctx
+}
+
 func (b *Builder) log() *slog.Logger {
 	if b.Log != nil {
 		return b.Log
@@ -101,6 +113,7 @@ func (b *Builder) log() *slog.Logger {
 // there is one, otherwise by running debootstrap first. force rebuilds the
 // rootfs even when it is cached.
 func (b *Builder) Build(ctx context.Context, r Recipe, force bool) error {
+	ctx = b.nsctx(ctx)
 	if err := r.Validate(); err != nil {
 		return err
 	}
@@ -196,6 +209,7 @@ func (b *Builder) fill(ctx context.Context, r Recipe, tmp string, log *slog.Logg
 // use. An image built by sandpit from an older recipe is rebuilt; an image
 // someone imported under that name without a recipe label is kept.
 func (b *Builder) Ensure(ctx context.Context, r Recipe) error {
+	ctx = b.nsctx(ctx)
 	img, err := b.Client.GetImage(ctx, r.Ref)
 	if errdefs.IsNotFound(err) {
 		b.log().Info("image missing; building it", "ref", r.Ref)

@@ -49,10 +49,7 @@ func TestBenchJSON(t *testing.T) {
 		t.Fatalf("report is not JSON: %v\n%s\nstderr:\n%s", err, out, stderr)
 	}
 
-	mcpNames := []string{"sandpit-mcp"}
-	if _, _, ok := poolArgs(); ok {
-		mcpNames = []string{"sandpit-mcp-warm", "sandpit-mcp-cold"}
-	}
+	mcpNames := []string{"sandpit-mcp-warm", "sandpit-mcp-cold"}
 	python := append([]string{"host-python", "runc-run", "sandpit-cold", "sandpit-warm"}, mcpNames...)
 	python = append(python, "ctr-run", "docker-run", "podman-run")
 	c := append([]string{"host-gcc", "sandpit-cold", "sandpit-warm"}, mcpNames...)

@@ -4,7 +4,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/containerd/containerd"
 	"github.com/urfave/cli/v2"
 
 	"github.com/sandpit-dev/sandpit/images"
@@ -47,17 +46,17 @@ func privateDaemon(c *cli.Context) runtime.PrivateDaemon {
 	return runtime.PrivateDaemon{Dir: c.String("private-dir"), Root: c.String("private-root")}
 }
 
-// dial connects to containerd for commands that need a client directly.
-func dial(c *cli.Context) (*containerd.Client, error) {
+// connectImages connects to the images of the configured containerd.
+func connectImages(c *cli.Context) (*images.Store, error) {
 	addr, err := address(c)
 	if err != nil {
 		return nil, err
 	}
-	client, err := containerd.New(addr, containerd.WithDefaultNamespace(c.String("namespace")), containerd.WithTimeout(3*time.Second))
+	s, err := images.Connect(c.Context, addr, c.String("namespace"), 3*time.Second)
 	if err != nil {
 		return nil, &runtime.UnavailableError{Address: addr, Err: err}
 	}
-	return client, nil
+	return s, nil
 }
 
 // runtimeConfig builds the runtime configuration from flags.

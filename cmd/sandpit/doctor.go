@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"os"
 	osexec "os/exec"
+	"sort"
 	"strings"
 	"time"
 
-	"github.com/containerd/containerd"
-	"github.com/containerd/containerd/namespaces"
 	"github.com/urfave/cli/v2"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/images"
 	"github.com/sandpit-dev/sandpit/oci"
 	"github.com/sandpit-dev/sandpit/runtime"
@@ -55,15 +55,56 @@ func doctorCommand() *cli.Command {
 	}
 }
 
+// doctorCheck is one named check; it may report several lines (a binary
+// each, say) and is skipped with its reason when a check it needs failed.
+type doctorCheck struct {
+	name string
+	run  func(d *doctorEnv) []check
+}
+
+// doctorEnv is what checks share: the flags, and what earlier checks found.
+type doctorEnv struct {
+	c      *cli.Context
+	root   bool
+	addr   string // containerd's address, once it answers
+	mode   runtime.CgroupMode
+	images *images.Store // set when containerd answers
+}
+
+// doctorChecks run in order: later ones use what earlier ones found.
+var doctorChecks = []doctorCheck{
+	{"privileges", checkPrivileges},
+	{"binaries", checkBinaries},
+	{"containerd", checkContainerd},
+	{"cgroups", checkCgroups},
+	{"limits", checkRootlessLimits},
+	{"user namespaces", checkUserNS},
+	{"seccomp", checkSeccomp},
+	{"image", checkImage},
+}
+
 func doctor(c *cli.Context) []check {
+	d := &doctorEnv{c: c, root: os.Geteuid() == 0, mode: runtime.DetectCgroups()}
+	defer func() {
+		if d.images != nil {
+			d.images.Close()
+		}
+	}()
 	var out []check
-	ctx := c.Context
+	for _, dc := range doctorChecks {
+		out = append(out, dc.run(d)...)
+	}
+	return out
+}
 
-	root := os.Geteuid() == 0
-	out = append(out, check{name: "privileges", ok: root, warn: true,
-		info: map[bool]string{true: "running as root", false: fmt.Sprintf("running as uid %d (rootless)", os.Geteuid())}[root],
-		fix:  "rootless needs a rootless containerd (scripts/rootless.sh); on cgroup v1 limits cannot be enforced"})
+func checkPrivileges(d *doctorEnv) []check {
+	return []check{{name: "privileges", ok: d.root, warn: true,
+		info: map[bool]string{true: "running as root", false: fmt.Sprintf("running as uid %d (rootless)", os.Geteuid())}[d.root],
+		fix:  "rootless needs a rootless containerd (scripts/rootless.sh); on cgroup v1 limits cannot be enforced"}}
+}
 
+func checkBinaries(d *doctorEnv) []check {
+	var out []check
 	for _, bin := range []string{"containerd", "runc"} {
 		v, err := runtime.BinaryVersion(bin)
 		ch := check{name: bin + " binary", ok: err == nil, info: v}
@@ -80,92 +121,101 @@ func doctor(c *cli.Context) []check {
 	for _, alt := range []string{"runsc", "kata-runtime", "crun"} {
 		if v, err := runtime.BinaryVersion(alt); err == nil {
 			info := v + " (select with --runc-binary " + alt + ")"
-			if alt == "crun" && runtime.DetectCgroups() == runtime.CgroupHybrid {
+			if alt == "crun" && d.mode == runtime.CgroupHybrid {
 				info = v + ": refuses hybrid cgroup hosts like this one (\"cgroups in hybrid mode not supported\"); use runc"
 			}
 			out = append(out, check{name: "runtime " + alt, ok: true, info: info})
 		}
 	}
-
-	addr, err := address(c)
-	cd := check{name: "containerd", ok: err == nil}
-	var client *containerd.Client
-	if err == nil {
-		v, verr := runtime.Answers(ctx, addr, 3*time.Second)
-		if verr != nil {
-			cd.ok, cd.info, cd.fix = false, fmt.Sprintf("%s: %v", addr, verr), "start it: sudo scripts/containerd.sh start"
-		} else {
-			cd.info = fmt.Sprintf("%s answers (containerd %s)", addr, v)
-			client, _ = containerd.New(addr, containerd.WithDefaultNamespace(c.String("namespace")))
-		}
-	} else {
-		cd.info, cd.fix = err.Error(), "sudo scripts/containerd.sh start, or run as root so sandpit starts its private containerd"
+	if err := runtime.CheckRuntimeBinary(d.c.String("runc-binary"), d.mode); err != nil {
+		out = append(out, check{name: "runc-binary", ok: false, info: err.Error(), fix: sandpit.HintOf(err)})
 	}
-	out = append(out, cd)
+	return out
+}
 
-	mode := runtime.DetectCgroups()
-	cg := check{name: "cgroups", ok: mode != runtime.CgroupNone, info: "cgroup " + string(mode)}
-	if !root && mode != runtime.CgroupV2 {
-		cg.ok, cg.info = false, "cgroup "+string(mode)+": rootless runc cannot create cgroups here, so memory/pids/CPU limits cannot be enforced"
+func checkContainerd(d *doctorEnv) []check {
+	addr, err := address(d.c)
+	if err != nil {
+		return []check{{name: "containerd", info: err.Error(), fix: "sudo scripts/containerd.sh start, or run as root so sandpit starts its private containerd"}}
+	}
+	v, err := runtime.Answers(d.c.Context, addr, 3*time.Second)
+	if err != nil {
+		return []check{{name: "containerd", info: fmt.Sprintf("%s: %v", addr, err), fix: "start it: sudo scripts/containerd.sh start"}}
+	}
+	d.addr = addr
+	d.images, _ = images.Connect(d.c.Context, addr, d.c.String("namespace"), 3*time.Second)
+	return []check{{name: "containerd", ok: true, info: fmt.Sprintf("%s answers (containerd %s)", addr, v)}}
+}
+
+func checkCgroups(d *doctorEnv) []check {
+	cg := check{name: "cgroups", ok: d.mode != runtime.CgroupNone, info: "cgroup " + string(d.mode)}
+	if !d.root && d.mode != runtime.CgroupV2 {
+		cg.ok, cg.info = false, "cgroup "+string(d.mode)+": rootless runc cannot create cgroups here, so memory/pids/CPU limits cannot be enforced"
 		cg.fix = "run as root, or use a cgroup v2 host with systemd delegation"
 	}
 	for _, ctl := range []string{"memory", "pids", "cpu"} {
-		if mode == runtime.CgroupV1 || mode == runtime.CgroupHybrid {
+		if d.mode == runtime.CgroupV1 || d.mode == runtime.CgroupHybrid {
 			if _, err := os.Stat("/sys/fs/cgroup/" + ctl); err != nil {
 				cg.ok, cg.info = false, "cgroup v1 controller "+ctl+" is not mounted"
 			}
 		}
 	}
-	out = append(out, cg)
-	if err := runtime.CheckRuntimeBinary(c.String("runc-binary"), mode); err != nil {
-		out = append(out, check{name: "runc-binary", ok: false, info: err.Error(), fix: "--runc-binary runc"})
-	}
-	if c.Bool("rootless") || !root || runtime.IsRootless() {
-		ok, reason := runtime.RootlessCgroups()
-		lim := check{name: "limits", ok: ok, info: "rootless: " + reason}
-		switch {
-		case !ok && c.Bool("allow-unenforced-limits"):
-			lim.warn, lim.info = true, lim.info+"; running anyway with rlimit fallbacks (--allow-unenforced-limits), each result lists what is not enforced"
-		case !ok:
-			lim.info += "; every run will be refused"
-			lim.fix = "run as root, use cgroup v2 with systemd delegation, or opt in to rlimit fallbacks with --allow-unenforced-limits"
-		}
-		out = append(out, lim)
-	}
+	return []check{cg}
+}
 
-	if c.Bool("userns") {
-		ok, info := runtime.UserNamespacesEnabled()
-		m := oci.DefaultIDMap()
-		if conf := runtime.IDRangeConflicts(m); len(conf) > 0 {
-			ok, info = false, fmt.Sprintf("sandbox id range %d+%d overlaps %s", m.HostBase, m.Size, strings.Join(conf, "; "))
-		} else if ok {
-			info += fmt.Sprintf("; sandboxes map to host ids %d..%d (owned by no user)", m.HostBase, m.HostBase+m.Size-1)
-		}
-		out = append(out, check{name: "user namespaces", ok: ok, info: info, fix: "enable user namespaces, or run with --userns=false (weaker)"})
-	} else {
-		out = append(out, check{name: "user namespaces", ok: false, warn: true, info: "disabled by --userns=false", fix: "drop --userns=false"})
+func checkRootlessLimits(d *doctorEnv) []check {
+	if !d.c.Bool("rootless") && d.root && !runtime.IsRootless() {
+		return nil
 	}
-	out = append(out, check{name: "seccomp", ok: runtime.SeccompSupported(), info: fmt.Sprintf("kernel supports seccomp filters; %d extra syscalls denied", len(oci.DeniedSyscalls())), fix: "a kernel with CONFIG_SECCOMP_FILTER"})
+	ok, reason := runtime.RootlessCgroups()
+	lim := check{name: "limits", ok: ok, info: "rootless: " + reason}
+	switch {
+	case !ok && d.c.Bool("allow-unenforced-limits"):
+		lim.warn, lim.info = true, lim.info+"; running anyway with rlimit fallbacks (--allow-unenforced-limits), each result lists what is not enforced"
+	case !ok:
+		lim.info += "; every run will be refused"
+		lim.fix = "run as root, use cgroup v2 with systemd delegation, or opt in to rlimit fallbacks with --allow-unenforced-limits"
+	}
+	return []check{lim}
+}
 
+func checkUserNS(d *doctorEnv) []check {
+	if !d.c.Bool("userns") {
+		return []check{{name: "user namespaces", ok: false, warn: true, info: "disabled by --userns=false", fix: "drop --userns=false"}}
+	}
+	ok, info := runtime.UserNamespacesEnabled()
+	m := oci.DefaultIDMap()
+	if conf := runtime.IDRangeConflicts(m); len(conf) > 0 {
+		ok, info = false, fmt.Sprintf("sandbox id range %d+%d overlaps %s", m.HostBase, m.Size, strings.Join(conf, "; "))
+	} else if ok {
+		info += fmt.Sprintf("; sandboxes map to host ids %d..%d (owned by no user)", m.HostBase, m.HostBase+m.Size-1)
+	}
+	return []check{{name: "user namespaces", ok: ok, info: info, fix: "enable user namespaces, or run with --userns=false (weaker)"}}
+}
+
+func checkSeccomp(*doctorEnv) []check {
+	return []check{{name: "seccomp", ok: runtime.SeccompSupported(), info: fmt.Sprintf("kernel supports seccomp filters; %d extra syscalls denied", len(oci.DeniedSyscalls())), fix: "a kernel with CONFIG_SECCOMP_FILTER"}}
+}
+
+func checkImage(d *doctorEnv) []check {
 	img := check{name: "image", info: images.DefaultRef}
-	if client != nil {
-		defer client.Close()
-		nctx := namespaces.WithNamespace(ctx, c.String("namespace"))
-		if v, err := images.Versions(nctx, client, images.DefaultRef); err != nil {
-			img.info, img.fix = fmt.Sprintf("%s: %v", images.DefaultRef, err), "sandpit images build (about 2 minutes; needs Debian's mirror)"
-		} else {
-			img.ok = true
-			var parts []string
-			for k, val := range v {
-				parts = append(parts, k+"="+val)
-			}
-			img.info = images.DefaultRef + " " + strings.Join(parts, ", ")
-		}
-	} else {
+	if d.images == nil {
 		img.info, img.fix = "cannot check without containerd", "fix containerd first"
+		return []check{img}
 	}
-	out = append(out, img)
-	return out
+	v, err := d.images.Versions(d.c.Context, images.DefaultRef)
+	if err != nil {
+		img.info, img.fix = fmt.Sprintf("%s: %v", images.DefaultRef, err), "sandpit images build (about 2 minutes; needs Debian's mirror)"
+		return []check{img}
+	}
+	img.ok = true
+	var parts []string
+	for k, val := range v {
+		parts = append(parts, k+"="+val)
+	}
+	sort.Strings(parts)
+	img.info = images.DefaultRef + " " + strings.Join(parts, ", ")
+	return []check{img}
 }
 
 func execOutput(bin string, args ...string) (string, error) {

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/containerd/containerd"
-	"github.com/containerd/containerd/namespaces"
 	"github.com/urfave/cli/v2"
 
 	"github.com/sandpit-dev/sandpit/images"
@@ -30,8 +28,9 @@ func imagesCommand() *cli.Command {
 					&cli.StringFlag{Name: "mirror", Value: images.DefaultMirror, Usage: "Debian mirror for debootstrap", EnvVars: []string{"SANDPIT_DEBIAN_MIRROR"}},
 					&cli.StringFlag{Name: "cache-dir", Usage: "where built rootfs layers are kept (default $" + images.EnvCacheDir + " or " + images.DefaultCacheDir + ")"},
 				),
-				Action: withImages(func(c *cli.Context, ctx context.Context, client *containerd.Client) error {
-					b := &images.Builder{Client: client, Mirror: c.String("mirror"), CacheDir: c.String("cache-dir")}
+				Action: withImages(func(c *cli.Context, ctx context.Context, store *images.Store) error {
+					b := store.Builder()
+					b.Mirror, b.CacheDir = c.String("mirror"), c.String("cache-dir")
 					if isTerminal(os.Stderr) {
 						b.Progress = os.Stderr
 					}
@@ -39,7 +38,7 @@ func imagesCommand() *cli.Command {
 					if err := b.Build(ctx, r, c.Bool("force")); err != nil {
 						return err
 					}
-					v, err := images.Versions(ctx, client, r.Ref)
+					v, err := store.Versions(ctx, r.Ref)
 					if err != nil {
 						return err
 					}
@@ -51,8 +50,8 @@ func imagesCommand() *cli.Command {
 				Name:  "ls",
 				Usage: "list images with their size and language versions",
 				Flags: append(containerdFlags(), &cli.BoolFlag{Name: "json", Usage: "print JSON"}),
-				Action: withImages(func(c *cli.Context, ctx context.Context, client *containerd.Client) error {
-					infos, err := images.List(ctx, client)
+				Action: withImages(func(c *cli.Context, ctx context.Context, store *images.Store) error {
+					infos, err := store.List(ctx)
 					if err != nil {
 						return err
 					}
@@ -69,12 +68,12 @@ func imagesCommand() *cli.Command {
 				Usage:     "remove images (and the snapshots only they use)",
 				ArgsUsage: "REF...",
 				Flags:     containerdFlags(),
-				Action: withImages(func(c *cli.Context, ctx context.Context, client *containerd.Client) error {
+				Action: withImages(func(c *cli.Context, ctx context.Context, store *images.Store) error {
 					if c.NArg() == 0 {
 						return fmt.Errorf("images rm: name at least one image (see `sandpit images ls`)")
 					}
 					for _, ref := range c.Args().Slice() {
-						if err := images.Remove(ctx, client, ref); err != nil {
+						if err := store.Remove(ctx, ref); err != nil {
 							return err
 						}
 						fmt.Fprintln(c.App.Writer, ref)
@@ -87,7 +86,7 @@ func imagesCommand() *cli.Command {
 				Usage:     "import an OCI or Docker image archive (`-` reads stdin) and unpack it",
 				ArgsUsage: "FILE",
 				Flags:     append(containerdFlags(), &cli.StringFlag{Name: "ref", Usage: "store the archive's single image under this name"}),
-				Action: withImages(func(c *cli.Context, ctx context.Context, client *containerd.Client) error {
+				Action: withImages(func(c *cli.Context, ctx context.Context, store *images.Store) error {
 					if c.NArg() != 1 {
 						return fmt.Errorf("images import: name one archive file, or - for stdin")
 					}
@@ -100,7 +99,7 @@ func imagesCommand() *cli.Command {
 						defer f.Close()
 						in = f
 					}
-					names, err := images.Import(ctx, client, in, c.String("ref"))
+					names, err := store.Import(ctx, in, c.String("ref"))
 					if err != nil {
 						return err
 					}
@@ -115,11 +114,11 @@ func imagesCommand() *cli.Command {
 				Usage:     "pull an image from a registry and unpack it (hosts with a registry only)",
 				ArgsUsage: "REF",
 				Flags:     containerdFlags(),
-				Action: withImages(func(c *cli.Context, ctx context.Context, client *containerd.Client) error {
+				Action: withImages(func(c *cli.Context, ctx context.Context, store *images.Store) error {
 					if c.NArg() != 1 {
 						return fmt.Errorf("images pull: name one image, e.g. docker.io/library/python:3.12-slim")
 					}
-					if err := images.Pull(ctx, client, c.Args().First()); err != nil {
+					if err := store.Pull(ctx, c.Args().First()); err != nil {
 						return err
 					}
 					fmt.Fprintln(c.App.Writer, c.Args().First())
@@ -130,15 +129,15 @@ func imagesCommand() *cli.Command {
 	}
 }
 
-// withImages dials containerd and runs fn in the configured namespace.
-func withImages(fn func(c *cli.Context, ctx context.Context, client *containerd.Client) error) cli.ActionFunc {
+// withImages connects to containerd's images in the configured namespace.
+func withImages(fn func(c *cli.Context, ctx context.Context, store *images.Store) error) cli.ActionFunc {
 	return func(c *cli.Context) error {
-		client, err := dial(c)
+		store, err := connectImages(c)
 		if err != nil {
 			return err
 		}
-		defer client.Close()
-		return fn(c, namespaces.WithNamespace(c.Context, c.String("namespace")), client)
+		defer store.Close()
+		return fn(c, c.Context, store)
 	}
 }
 

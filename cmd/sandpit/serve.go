@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/containerd/containerd/namespaces"
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/urfave/cli/v2"
 
@@ -80,15 +79,13 @@ func serveCommand() *cli.Command {
 // that the MCP handshake is not held up; runs fail with a clear "image not
 // available" until it is ready.
 func ensureImages(c *cli.Context) {
-	client, err := dial(c)
+	store, err := connectImages(c)
 	if err != nil {
 		slog.Warn("cannot check images", "err", err)
 		return
 	}
-	defer client.Close()
-	ctx := namespaces.WithNamespace(c.Context, c.String("namespace"))
-	b := &images.Builder{Client: client}
-	if err := b.Ensure(ctx, images.DefaultRecipe()); err != nil {
+	defer store.Close()
+	if err := store.Builder().Ensure(c.Context, images.DefaultRecipe()); err != nil {
 		slog.Error("building the default image failed; run `sandpit images build` to see why", "err", err)
 	}
 }
