@@ -52,7 +52,9 @@ func (s *Store) Versions(ctx context.Context, ref string) (map[string]string, er
 }
 
 // Remove removes the image at ref.
-func (s *Store) Remove(ctx context.Context, ref string) error { return Remove(s.ctx(ctx), s.client, ref) }
+func (s *Store) Remove(ctx context.Context, ref string) error {
+	return Remove(s.ctx(ctx), s.client, ref)
+}
 
 // Import imports an OCI or Docker archive; see Import.
 func (s *Store) Import(ctx context.Context, r io.Reader, ref string) ([]string, error) {
