@@ -12,6 +12,10 @@ const (
 	StatusTimeout      Status = "timeout"       // killed at the wall-clock limit
 	StatusOOM          Status = "oom"           // a process was killed by the memory cgroup
 	StatusCompileError Status = "compile_error" // the compiler rejected the source
+	// StatusCancelled: the caller went away (cancelled the call, or the
+	// server is shutting down) and the sandbox was killed; the output and
+	// workspace changes up to then are kept.
+	StatusCancelled Status = "cancelled"
 )
 
 // Request is one program to run in a fresh sandbox.

@@ -1,8 +1,10 @@
 package mcp
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"log/slog"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
@@ -36,6 +38,12 @@ var toolHints = map[string]map[error]string{
 // reference and the model gets only that reference. Handlers never return a
 // Go error (that would become a JSON-RPC error the model may never see).
 func toolError(log *slog.Logger, tool string, err error) *mcpgo.CallToolResult {
+	if errors.Is(err, context.Canceled) {
+		// The caller went away (or the server is stopping): nobody reads
+		// this result, and nothing is wrong with the server.
+		log.Info("tool call cancelled", "tool", tool, "err", err)
+		return mcpgo.NewToolResultError(tool + " was cancelled")
+	}
 	class := sandpit.ClassOf(err)
 	if class == nil {
 		ref := errorRef()

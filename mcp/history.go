@@ -90,7 +90,7 @@ func historyRun(req sandpit.Request, res *sandpit.Result) history.Run {
 
 // statuses are the values status filters accept.
 var statuses = []sandpit.Status{
-	sandpit.StatusSuccess, sandpit.StatusError, sandpit.StatusTimeout, sandpit.StatusOOM, sandpit.StatusCompileError,
+	sandpit.StatusSuccess, sandpit.StatusError, sandpit.StatusTimeout, sandpit.StatusOOM, sandpit.StatusCompileError, sandpit.StatusCancelled,
 }
 
 func statusNames() string {

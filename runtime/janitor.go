@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"syscall"
 	"time"
 
@@ -118,4 +121,38 @@ func (r *Runtime) removeContainer(ctx context.Context, ctr containerd.Container)
 		return fmt.Errorf("delete container %s: %w", ctr.ID(), err)
 	}
 	return nil
+}
+
+// OrphanStates lists the state dirs (LabelState) under root of sandboxes
+// and snapshots in this runtime's namespace: what instances under root
+// left in containerd. The caller sweeps those whose owner is dead (see
+// internal/instance), even when their dir is gone (a reboot empties /run,
+// containerd keeps its records).
+func (r *Runtime) OrphanStates(ctx context.Context, root string) ([]string, error) {
+	ctx = r.nsctx(ctx)
+	c, err := r.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	filter := fmt.Sprintf("labels.%q~=%q", LabelState, "^"+regexp.QuoteMeta(filepath.Clean(root)+"/"))
+	seen := map[string]bool{}
+	containers, err := c.Containers(ctx, filter)
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	for _, ctr := range containers {
+		labels, err := ctr.Labels(ctx)
+		if err == nil {
+			seen[labels[LabelState]] = true
+		}
+	}
+	err = c.SnapshotService(r.cfg.Snapshotter).Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		seen[info.Labels[LabelState]] = true
+		return nil
+	}, filter)
+	if err != nil {
+		return nil, fmt.Errorf("list sandbox snapshots: %w", err)
+	}
+	delete(seen, "")
+	return slices.Sorted(maps.Keys(seen)), nil
 }

@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -30,9 +29,6 @@ import (
 // so there is one pool per image, shared by the languages built on it. Every
 // pooled sandbox serves exactly one request and is destroyed afterwards; the
 // pool refills in the background.
-
-//go:embed waiter.py
-var waiterPy string
 
 // PoolConfig sizes the warm pool.
 type PoolConfig struct {
@@ -358,8 +354,12 @@ func (r *Runtime) runWarm(ctx context.Context, w *warm, lang *LanguageSpec, req 
 		}
 		cwd = sandpit.WorkspaceDir
 	}
+	if err := ctx.Err(); err != nil {
+		// Cancelled while the workspace was being opened: start nothing.
+		return nil, fmt.Errorf("run cancelled before it started: %w", err)
+	}
 	mode, header := initRequest(lang, req, cwd)
-	w.sb.stdin.send(header, req.Stdin)
+	w.sb.stdin.send(deadlineLine(deadline), header, req.Stdin)
 	out, err := r.await(ctx, w.sb, deadline)
 	if err != nil {
 		return out, err
@@ -371,111 +371,6 @@ func (r *Runtime) runWarm(ctx context.Context, w *warm, lang *LanguageSpec, req 
 		return nil, fmt.Errorf("%w (status %s, exit %d, stderr %.300q)", errWarmLost, out.status, out.exitCode, stderr)
 	}
 	return out, nil
-}
-
-// initScript is the sandbox's first process: a shell that runs waiter.py,
-// which becomes the program, and stays PID 1 until it exits. A program
-// must not be PID 1 of its pid namespace: the kernel drops the signals PID 1
-// has no handler for, so a failed C assert() (abort) would end as SIGSEGV
-// instead of SIGABRT and kill -TERM $$ would do nothing. The shell reaps
-// orphans while it waits, and exits with the program's status (128 + the
-// signal that killed it). The command after the program stops the shell
-// from exec'ing it in its own place; as a foreground command the program
-// keeps its stdin and default signal dispositions.
-const initScript = `python3 -c "$0"; exit $?`
-
-// execScript runs "$@" the same way, for a cold run that needs no waiter:
-// the shell is PID 1 and the program (e.g. python3 main.py itself) its child.
-const execScript = `"$@"; exit $?`
-
-// waiterProcess is the first process of a sandbox whose program runs
-// under waiter.py.
-var waiterProcess = oci.WithProcess("/tmp", "/bin/sh", "-c", initScript, waiterPy)
-
-// initOpts are the spec options of a sandbox whose first process is a shell
-// (process): that process, the source dir, the build dir and the workspace
-// bind (nil: none).
-func (r *Runtime) initOpts(dir string, process, workspace coci.SpecOpts) []coci.SpecOpts {
-	opts := []coci.SpecOpts{
-		process,
-		oci.WithBind(filepath.Join(dir, "src"), sandpit.SourceDir, false, false),
-		// The compiler writes the program here and the same sandbox runs
-		// it: a size-limited tmpfs, charged to the sandbox's memory.
-		oci.WithTmpfs(sandpit.BuildDir, r.cfg.Limits.TmpfsBytes, true),
-	}
-	if workspace != nil {
-		opts = append(opts, workspace)
-	}
-	return opts
-}
-
-// initRequest is the mode and header line that make waiter.py run req.
-func initRequest(lang *LanguageSpec, req sandpit.Request, cwd string) (mode string, header []byte) {
-	argv := lang.runArgv(req)
-	mode = "exec"
-	switch {
-	case len(lang.Compile) > 0:
-		mode = "build"
-		argv = append(append(lang.argv(lang.Compile, req.Path), "--"), argv...)
-	case lang.Name == "python":
-		mode = "python" // run in the waiting interpreter: no second start-up
-		argv = argv[1:] // drop "python3"
-	}
-	return mode, waiterHeader(mode, cwd, argv)
-}
-
-// finishInit strips waiter.py's lines from the output and turns a failed
-// compile into StatusCompileError. It reports false when the waiter never
-// acknowledged the request, so nothing of it ran.
-func (r *Runtime) finishInit(out *stepOutput, mode string) bool {
-	if !out.stdout.stripPrefix(started) && out.status != sandpit.StatusTimeout {
-		return false
-	}
-	if mode == "build" {
-		// The waiter reports the compiler's verdict in a line at the very
-		// start of stdout, before the program can write anything.
-		switch {
-		case out.stdout.stripPrefix(compileOK):
-		case out.stdout.stripPrefix(compileFailed):
-			if out.status == sandpit.StatusError {
-				out.status = sandpit.StatusCompileError
-			}
-		}
-	}
-	out.stdout.clamp(r.cfg.OutputBytes)
-	return true
-}
-
-// errNoInit: the image cannot run waiter.py (see Runtime.hasInit).
-var errNoInit = errors.New("image has no python3 for sandpit's init")
-
-// errWarmLost: a pooled sandbox could not take its request; run it cold.
-var errWarmLost = errors.New("pooled sandbox lost before it started the request")
-
-// The waiter's acknowledgement and compile verdicts (waiter.py writes the
-// same bytes at the very start of stdout, before the program can).
-var (
-	started       = []byte("\x00sandpit:started\n")
-	compileOK     = []byte("\x00sandpit:compiled\n")
-	compileFailed = []byte("\x00sandpit:compile-failed\n")
-)
-
-// markerBytes is how much the waiter's lines add to stdout at most: the
-// capture is that much larger so the program still gets its full cap.
-var markerBytes = int64(len(started) + len(compileFailed))
-
-// waiterHeader is the one line waiter.py reads before it becomes the
-// program: hex-encoded fields separated by spaces, so any byte can pass.
-func waiterHeader(mode, cwd string, argv []string) []byte {
-	fields := append([]string{mode, cwd}, argv...)
-	enc := make([]string, len(fields))
-	for i, f := range fields {
-		enc[i] = hex.EncodeToString([]byte(f))
-		if enc[i] == "" {
-			enc[i] = "-" // an empty argument
-		}
-	}
-	return []byte(strings.Join(enc, " ") + "\n")
 }
 
 // detachWorkspace undoes runWarm's workspace mount before the view closes.

@@ -172,12 +172,12 @@ func (r *Runtime) initRun(ctx context.Context, c *containerd.Client, img contain
 		capBytes = r.cfg.OutputBytes
 	)
 	if direct {
-		process := oci.WithProcess(cwd, append([]string{"/bin/sh", "-c", execScript, "sh"}, lang.runArgv(req)...)...)
-		stdin, opts = fixedStdin(req.Stdin), r.initOpts(dir, process, ws)
+		process := initProcess(cwd, lang.runArgv(req)...)
+		stdin, opts = fixedStdin(deadlineLine(deadline), req.Stdin), r.initOpts(dir, process, ws)
 	} else {
 		var header []byte
 		mode, header = initRequest(lang, req, cwd)
-		stdin, opts = fixedStdin(append(header, req.Stdin...)), r.initOpts(dir, waiterProcess, ws)
+		stdin, opts = fixedStdin(deadlineLine(deadline), header, req.Stdin), r.initOpts(dir, waiterProcess, ws)
 		capBytes += markerBytes
 	}
 	t0 := time.Now()

@@ -34,6 +34,9 @@ import (
 const (
 	LabelInstance = "sandpit.instance" // which runtime instance owns it (the janitor's key)
 	LabelRun      = "sandpit.run"      // the run id
+	// LabelState is the instance's state dir: a janitor finds the
+	// sandboxes of dead instances under its state root by it.
+	LabelState = "sandpit.state"
 )
 
 // Config configures a Runtime. Zero fields take the defaults in Defaults.
@@ -125,6 +128,9 @@ type Runtime struct {
 	log   *slog.Logger
 	langs map[string]*LanguageSpec
 
+	// dialMu serialises dialling and the first sweep; it is never taken
+	// with mu held, and mu is never held across containerd calls.
+	dialMu  sync.Mutex
 	mu      sync.Mutex
 	client  *containerd.Client
 	swept   bool
@@ -191,12 +197,18 @@ func (r *Runtime) nsctx(ctx context.Context) context.Context {
 }
 
 // connect returns a live client, dialling (and sweeping, the first time) as
-// needed. It never waits longer than DialTimeout for an absent daemon.
+// needed. It never waits longer than DialTimeout for an absent daemon. The
+// first sweep runs before any caller gets the client, so it cannot remove a
+// sandbox created meanwhile; mu is not held during it (the sweep takes mu
+// to ask which runs are live).
 func (r *Runtime) connect(ctx context.Context) (*containerd.Client, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.client != nil {
-		return r.client, nil
+	if c := r.currentClient(); c != nil {
+		return c, nil
+	}
+	r.dialMu.Lock()
+	defer r.dialMu.Unlock()
+	if c := r.currentClient(); c != nil {
+		return c, nil // another caller dialled while we waited
 	}
 	if _, err := os.Stat(r.cfg.Address); err != nil {
 		return nil, &UnavailableError{Address: r.cfg.Address, Err: errors.New("socket does not exist")}
@@ -215,15 +227,25 @@ func (r *Runtime) connect(ctx context.Context) (*containerd.Client, error) {
 		c.Close()
 		return nil, &UnavailableError{Address: r.cfg.Address, Err: err}
 	}
-	r.client = c
-	r.version = v.Version
-	if !r.swept {
-		r.swept = true
+	r.mu.Lock()
+	first := !r.swept
+	r.swept = true
+	r.mu.Unlock()
+	if first {
 		if err := r.sweep(r.nsctx(ctx), c); err != nil {
 			r.log.Warn("janitor: sweeping leftovers failed", "err", err)
 		}
 	}
+	r.mu.Lock()
+	r.client, r.version = c, v.Version
+	r.mu.Unlock()
 	return c, nil
+}
+
+func (r *Runtime) currentClient() *containerd.Client {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.client
 }
 
 // dropClient forgets a client whose daemon went away, so the next call redials.

@@ -41,7 +41,7 @@ type sandbox struct {
 // buffers and to stdin, and subscribes to its exit. On error nothing is left.
 func (r *Runtime) create(ctx context.Context, c *containerd.Client, img containerd.Image, cid, fifoDir string, stdin *stdinFeed, stdoutCap int64, extra []coci.SpecOpts) (_ *sandbox, retErr error) {
 	cleanupCtx := context.WithoutCancel(ctx)
-	labels := map[string]string{LabelInstance: r.cfg.Instance, LabelRun: cid}
+	labels := map[string]string{LabelInstance: r.cfg.Instance, LabelRun: cid, LabelState: r.cfg.StateDir}
 	specOpts := append([]coci.SpecOpts{oci.WithHardening(oci.Profile{
 		Limits: r.cfg.Limits,
 		UserNS: r.cfg.UserNS,
@@ -174,7 +174,7 @@ func (r *Runtime) await(ctx context.Context, sb *sandbox, deadline time.Time) (*
 	case timedOut:
 		out.status = sandpit.StatusTimeout
 	case ctx.Err() != nil:
-		return nil, fmt.Errorf("run cancelled: %w", ctx.Err())
+		out.status = sandpit.StatusCancelled // killed above; what it wrote is kept
 	case out.usage.OOMKilled:
 		out.status = sandpit.StatusOOM
 	case out.exitCode == 0:
@@ -222,9 +222,9 @@ type stdinFeed struct {
 	held    *os.File // see hold
 }
 
-// fixedStdin feeds b, then EOF.
-func fixedStdin(b []byte) *stdinFeed {
-	return &stdinFeed{r: bytes.NewReader(b), drained: make(chan struct{})}
+// fixedStdin feeds the parts, then EOF.
+func fixedStdin(parts ...[]byte) *stdinFeed {
+	return &stdinFeed{r: bytes.NewReader(bytes.Join(parts, nil)), drained: make(chan struct{})}
 }
 
 // lateStdin feeds whatever is later passed to send.

@@ -1,14 +1,21 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/images"
+	"github.com/sandpit-dev/sandpit/internal/instance"
 	"github.com/sandpit-dev/sandpit/oci"
 	"github.com/sandpit-dev/sandpit/runtime"
+	"github.com/sandpit-dev/sandpit/store/workspace"
 )
 
 // containerdFlags say which containerd to use and how sandboxes run there.
@@ -16,13 +23,13 @@ func containerdFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "address", Usage: "containerd socket (default: the system daemon if it answers, else sandpit's private one, started on demand)", EnvVars: []string{"SANDPIT_CONTAINERD_ADDRESS"}},
 		&cli.StringFlag{Name: "namespace", Value: "sandpit", Usage: "containerd namespace for sandboxes and images", EnvVars: []string{"SANDPIT_NAMESPACE"}},
-		&cli.StringFlag{Name: "instance", Value: "default", Usage: "label scoping this server's sandboxes; the janitor removes only its own", EnvVars: []string{"SANDPIT_INSTANCE"}},
+		&cli.StringFlag{Name: "instance", Usage: "this process's instance: it holds a lock on it for its life, labels its sandboxes with it and keeps its state under <state-dir>/instances/NAME (default: the first free of default, default-2, ...)", EnvVars: []string{"SANDPIT_INSTANCE"}},
 		privateDirFlag(),
 		privateRootFlag(),
 		&cli.BoolFlag{Name: "no-start", Usage: "never start a private containerd"},
 		&cli.StringFlag{Name: "runtime", Value: "io.containerd.runc.v2", Usage: "containerd runtime (shim) name"},
 		&cli.StringFlag{Name: "runc-binary", Value: "runc", Usage: "OCI runtime binary for the shim: runc, or runsc (gVisor) where installed"},
-		&cli.StringFlag{Name: "state-dir", Value: "/run/sandpit/state", Usage: "per-run files and FIFOs"},
+		&cli.StringFlag{Name: "state-dir", Value: "/run/sandpit/state", Usage: "per-instance state: run files, FIFOs, workspace views, instance locks"},
 		&cli.BoolFlag{Name: "userns", Value: true, Usage: "run sandboxes in a user namespace mapped to an unprivileged host range"},
 		&cli.Int64Flag{Name: "memory-mb", Value: 512, Usage: "memory limit per sandbox (MiB, no swap)"},
 		&cli.Int64Flag{Name: "pids", Value: 128, Usage: "process limit per sandbox"},
@@ -59,15 +66,14 @@ func connectImages(c *cli.Context) (*images.Store, error) {
 	return s, nil
 }
 
-// runtimeConfig builds the runtime configuration from flags.
+// runtimeConfig builds the runtime configuration from flags; the caller
+// sets Instance and StateDir (see newRuntime).
 func runtimeConfig(c *cli.Context, addr string) runtime.Config {
 	cfg := runtime.Config{
 		Address:     addr,
 		Namespace:   c.String("namespace"),
-		Instance:    c.String("instance"),
 		RuntimeName: c.String("runtime"),
 		RuncBinary:  c.String("runc-binary"),
-		StateDir:    c.String("state-dir"),
 		Languages:   runtime.DefaultLanguages(images.DefaultRef),
 		Limits: oci.Limits{
 			MemoryBytes: c.Int64("memory-mb") << 20,
@@ -92,14 +98,116 @@ func runtimeConfig(c *cli.Context, addr string) runtime.Config {
 	return cfg
 }
 
-// newRuntime resolves containerd and builds the runtime. A daemon that cannot
-// be reached is not fatal: the runtime reports it on every call.
-func newRuntime(c *cli.Context) (*runtime.Runtime, error) {
+// newRuntime resolves containerd and builds the runtime of instance in. A
+// daemon that cannot be reached is not fatal: the runtime reports it on
+// every call.
+func newRuntime(c *cli.Context, in *instance.Instance) (*runtime.Runtime, error) {
 	addr, err := address(c)
 	if err != nil {
 		slog.Warn("containerd unavailable; runs will fail until it is", "err", err)
 	}
-	return runtime.New(runtimeConfig(c, addr))
+	cfg := runtimeConfig(c, addr)
+	cfg.Instance, cfg.StateDir = in.Name(), in.Dir()
+	return runtime.New(cfg)
+}
+
+// instanceRoot holds every instance's state and lock.
+func instanceRoot(c *cli.Context) string { return filepath.Join(c.String("state-dir"), "instances") }
+
+// acquireInstance takes --instance, or the first free of default,
+// default-2, ... when none is given: two MCP clients launching
+// scripts/serve.sh each get their own, and never touch each other's
+// sandboxes.
+func acquireInstance(c *cli.Context) (*instance.Instance, error) {
+	root := instanceRoot(c)
+	if name := c.String("instance"); name != "" {
+		in, err := instance.Acquire(root, name)
+		var busy *instance.BusyError
+		if errors.As(err, &busy) {
+			return nil, sandpit.WithHint(err, "another sandpit process uses it; give this one another --instance, or leave --instance out to get a free one")
+		}
+		return in, err
+	}
+	in, err := instance.AcquireFree(root, "default", 64)
+	if err != nil {
+		return nil, err
+	}
+	if in.Name() != "default" {
+		slog.Info("instance default is held by another sandpit process; using "+in.Name(), "instance", in.Name())
+	}
+	return in, nil
+}
+
+// sweepDead removes what dead instances under the state dir left: their
+// sandboxes (also those whose state dir is gone, found by label), run
+// files and workspace views, then their dirs. It returns how many
+// sandboxes it removed. Live instances are never touched: each one swept is
+// held (its lock taken) while it is swept.
+func sweepDead(c *cli.Context, addr string) (int, error) {
+	root := instanceRoot(c)
+	dead, err := instance.Dead(root)
+	if err != nil {
+		return 0, err
+	}
+	base := runtimeConfig(c, addr)
+	base.Pool = runtime.PoolConfig{} // it only lists
+	base.Instance = fmt.Sprintf("janitor-%d", os.Getpid())
+	base.StateDir = filepath.Join(c.String("state-dir"), base.Instance)
+	if probe, err := runtime.New(base); err == nil {
+		states, err := probe.OrphanStates(c.Context, root)
+		probe.Close()
+		os.RemoveAll(base.StateDir)
+		if err != nil {
+			slog.Warn("janitor: cannot list sandboxes of dead instances", "err", err)
+		}
+		have := map[string]bool{}
+		for _, in := range dead {
+			have[in.Name()] = true
+		}
+		for _, st := range states {
+			if filepath.Dir(st) != root || have[filepath.Base(st)] {
+				continue
+			}
+			if in, err := instance.Acquire(root, filepath.Base(st)); err == nil {
+				dead = append(dead, in)
+			}
+		}
+	}
+	var errs []error
+	removed := 0
+	for _, in := range dead {
+		n, err := sweepInstance(c, addr, in)
+		removed += n
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		slog.Info("janitor: removed a dead instance", "instance", in.Name(), "sandboxes", n)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// sweepInstance removes everything of an instance the caller holds but did
+// not run (its previous owner died): sandboxes, run files, workspace views,
+// and then its dir.
+func sweepInstance(c *cli.Context, addr string, in *instance.Instance) (int, error) {
+	cfg := runtimeConfig(c, addr)
+	cfg.Instance, cfg.StateDir, cfg.Pool = in.Name(), in.Dir(), runtime.PoolConfig{}
+	rt, err := runtime.New(cfg)
+	if err != nil {
+		in.Release()
+		return 0, fmt.Errorf("instance %s: %w", in.Name(), err)
+	}
+	n, err := rt.Sweep(c.Context)
+	rt.Close()
+	if err == nil {
+		err = workspace.SweepViews(filepath.Join(in.Dir(), "workspace"), slog.Default())
+	}
+	if err != nil {
+		in.Release()
+		return n, fmt.Errorf("instance %s: %w", in.Name(), err)
+	}
+	return n, in.Remove()
 }
 
 // validatePreflight rejects a pre-flight list that is not Python names at

@@ -36,7 +36,12 @@ the program's. Examples:
 			if err != nil {
 				return err
 			}
-			rt, err := newRuntime(c)
+			in, err := acquireInstance(c)
+			if err != nil {
+				return err
+			}
+			defer in.Remove() // after the runtime is closed: nothing of it is left
+			rt, err := newRuntime(c, in)
 			if err != nil {
 				return err
 			}

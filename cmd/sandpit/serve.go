@@ -2,7 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/mark3labs/mcp-go/server"
@@ -33,11 +38,31 @@ func serveCommand() *cli.Command {
 		Usage: "serve MCP over stdio (stdout is the protocol; logs go to stderr)",
 		Flags: flags,
 		Action: func(c *cli.Context) error {
-			rt, err := newRuntime(c)
+			in, err := acquireInstance(c)
+			if err != nil {
+				return err
+			}
+			// Runs last: after the runtime and the workspace closed, nothing
+			// of this instance is left, and its dir goes.
+			defer func() {
+				if err := in.Remove(); err != nil {
+					slog.Warn("instance dir not removed", "instance", in.Name(), "err", err)
+				}
+			}()
+			rt, err := newRuntime(c, in)
 			if err != nil {
 				return err
 			}
 			defer rt.Close()
+			go func() {
+				// What dead sandpit processes left: in the background, so the
+				// MCP handshake is not held up.
+				if n, err := sweepDead(c, rt.Config().Address); err != nil {
+					slog.Warn("janitor: leftovers of dead instances not all removed", "err", err)
+				} else if n > 0 {
+					slog.Info("janitor: removed sandboxes of dead instances", "count", n)
+				}
+			}()
 			if c.Bool("build-images") {
 				go ensureImages(c)
 			}
@@ -52,7 +77,7 @@ func serveCommand() *cli.Command {
 				Health:         rt,
 			}
 			uid, gid := rt.SandboxOwner()
-			closeWS, err := workspaceConfig(c, &cfg, workspace.Owner{UID: uid, GID: gid})
+			closeWS, err := workspaceConfig(c, &cfg, workspace.Owner{UID: uid, GID: gid}, filepath.Join(in.Dir(), "workspace"))
 			if err != nil {
 				return err
 			}
@@ -69,10 +94,47 @@ func serveCommand() *cli.Command {
 				return statusReport(ctx, rt, c.Duration("timeout"))
 			}
 			s := mcp.NewServer(cfg)
-			slog.Info("sandpit serving MCP on stdio", "version", version)
-			return server.ServeStdio(s, server.WithWorkerPoolSize(c.Int("concurrency")))
+			slog.Info("sandpit serving MCP on stdio", "version", version, "instance", in.Name())
+			return serveStdio(c.Context, s, c.Int("concurrency"))
 		},
 	}
+}
+
+// serveStdio serves MCP on stdin/stdout until stdin ends or a SIGTERM or
+// SIGINT arrives. Then every in-flight call's context is cancelled (its
+// sandbox is killed and the run recorded as cancelled) and serveStdio
+// returns once the handlers are done, for the deferred closes to remove
+// the pool, views and run dirs. A second signal exits at once.
+func serveStdio(ctx context.Context, s *server.MCPServer, workers int) error {
+	// A client that goes away closes our stdout and stderr too: a write to
+	// them must fail, not kill the process with SIGPIPE (Go's default for
+	// fds 1 and 2) before it has released its sandboxes.
+	signal.Ignore(syscall.SIGPIPE)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	go func() {
+		select {
+		case sig := <-sigs:
+			slog.Info("stopping: cancelling in-flight runs", "signal", sig.String())
+			cancel()
+		case <-ctx.Done():
+			return
+		}
+		sig := <-sigs
+		slog.Warn("second signal: exiting now", "signal", sig.String())
+		os.Exit(1)
+	}()
+	stdio := server.NewStdioServer(s)
+	server.WithWorkerPoolSize(workers)(stdio)
+	err := stdio.Listen(ctx, os.Stdin, os.Stdout)
+	if errors.Is(err, context.Canceled) {
+		err = nil // stopped by a signal: a clean exit
+	}
+	slog.Info("stdio closed; releasing sandboxes")
+	return err
 }
 
 // ensureImages builds the default image on first use, in the background so

@@ -29,7 +29,7 @@ func dataDir() string {
 }
 
 // workspaceFlags are serve's workspace flags. The per-run overlay
-// directories go under the runtime's --state-dir when the command has one.
+// directories go under the instance's state dir.
 func workspaceFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "workspace", Value: filepath.Join(dataDir(), "workspace"), Usage: "directory shared by the file tools and every run (mounted at /workspace)", EnvVars: []string{"SANDPIT_WORKSPACE"}},
@@ -44,7 +44,7 @@ func workspaceFlags() []cli.Flag {
 // crashed server left, and fills cfg's Workspace, Files and Snapshots. owner
 // is the host uid/gid of the sandbox user (zero: 1000:1000, or the current
 // user when not root).
-func workspaceConfig(c *cli.Context, cfg *mcp.Config, owner workspace.Owner) (cleanup func(), err error) {
+func workspaceConfig(c *cli.Context, cfg *mcp.Config, owner workspace.Owner, viewsDir string) (cleanup func(), err error) {
 	quota, err := parseSize(c.String("workspace-quota"))
 	if err != nil {
 		return nil, fmt.Errorf("--workspace-quota: %w", err)
@@ -52,16 +52,12 @@ func workspaceConfig(c *cli.Context, cfg *mcp.Config, owner workspace.Owner) (cl
 	if mem := c.Int64("memory-mb") << 20; mem > 0 && quota >= mem {
 		slog.Warn("--workspace-quota is not below --memory-mb: a run writing that much is OOM-killed before it sees ENOSPC", "quota_bytes", quota, "memory_bytes", mem)
 	}
-	state := c.String("state-dir")
-	if state == "" {
-		state = filepath.Join(os.TempDir(), "sandpit-state")
-	}
 	snaps, err := snapshot.Open(c.String("snapshot-dir"), snapshot.Options{MaxUndo: c.Int("undo-runs"), Logger: slog.Default()})
 	if err != nil {
 		return nil, err
 	}
 	ws, err := workspace.Open(c.String("workspace"), workspace.Options{
-		StateDir:       filepath.Join(state, "workspace"),
+		StateDir:       viewsDir, // the instance's: no other process touches it
 		Owner:          owner,
 		Quota:          quota,
 		RequireOverlay: c.Bool("require-workspace-quota"),

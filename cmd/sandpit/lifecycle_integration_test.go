@@ -1,0 +1,481 @@
+package main
+
+// Lifecycle tests: real `sandpit serve` processes on the test containerd,
+// killed, signalled, disconnected and run side by side, as MCP hosts and
+// operators do. Each case ends by checking that nothing is left: no
+// container, task or snapshot labelled with the instance, no mount under
+// the state dir, no instance dir.
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/snapshots"
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	_ "github.com/mattn/go-sqlite3"
+
+	"github.com/sandpit-dev/sandpit/internal/testenv"
+	"github.com/sandpit-dev/sandpit/runtime"
+)
+
+// serveProc is one `sandpit serve` process and an MCP client on its stdio.
+type serveProc struct {
+	cmd    *exec.Cmd
+	client *client.Client
+	stdin  io.WriteCloser
+	stdout io.ReadCloser
+	stderr *syncBuffer
+	exited chan struct{}
+	err    error // cmd.Wait's, once exited is closed
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// lifecycleStore is a state dir and stores shared by the servers of a test.
+type lifecycleStore struct {
+	addr, dir, state string
+}
+
+func newLifecycleStore(t *testing.T) lifecycleStore {
+	dir := t.TempDir()
+	s := lifecycleStore{addr: testenv.Containerd(t), dir: dir, state: filepath.Join(dir, "state")}
+	// Last (after every server stopped): what killed servers left, as an
+	// operator would clean it, so the temp dir holds no mounts.
+	t.Cleanup(func() {
+		out, err := exec.Command(binPath, "gc", "--address", s.addr, "--no-start", "--state-dir", s.state).CombinedOutput()
+		if err != nil {
+			t.Errorf("sandpit gc after the test: %v\n%s", err, out)
+		}
+	})
+	return s
+}
+
+// args are serve's arguments on this store; no --instance, as an MCP host
+// would launch it.
+func (s lifecycleStore) args(extra ...string) []string {
+	return append([]string{"--address", s.addr, "--no-start", "--build-images=false", "--memory-mb", "256",
+		"--state-dir", s.state,
+		"--workspace", filepath.Join(s.dir, "workspace"),
+		"--snapshot-dir", filepath.Join(s.dir, "snapshots"),
+		"--history-db", filepath.Join(s.dir, "history.db"),
+	}, extra...)
+}
+
+// start runs `sandpit serve` and initializes a client. It returns how long
+// initialize took.
+func (s lifecycleStore) start(t *testing.T, extra ...string) (*serveProc, time.Duration) {
+	t.Helper()
+	cmd := exec.Command(binPath, append([]string{"serve"}, s.args(extra...)...)...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &serveProc{cmd: cmd, stdin: stdin, stdout: stdout, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	cmd.Stderr = srv.stderr
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { srv.err = cmd.Wait(); close(srv.exited) }()
+	t.Cleanup(func() {
+		stdin.Close() // a clean exit: the server releases its sandboxes
+		select {
+		case <-srv.exited:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-srv.exited
+		}
+		if t.Failed() {
+			t.Logf("server %d stderr:\n%s", cmd.Process.Pid, srv.stderr.String())
+		}
+	})
+	tr := transport.NewIO(stdout, stdin, io.NopCloser(strings.NewReader("")))
+	if err := tr.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	srv.client = client.NewClient(tr)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	var init mcpgo.InitializeRequest
+	init.Params.ProtocolVersion = mcpgo.LATEST_PROTOCOL_VERSION
+	init.Params.ClientInfo = mcpgo.Implementation{Name: "sandpit-lifecycle", Version: "1"}
+	if _, err := srv.client.Initialize(ctx, init); err != nil {
+		t.Fatalf("initialize: %v\nstderr:\n%s", err, srv.stderr.String())
+	}
+	return srv, time.Since(t0)
+}
+
+// runAsync calls run_code in the background.
+func (srv *serveProc) runAsync(t *testing.T, args map[string]any) <-chan *mcpgo.CallToolResult {
+	ch := make(chan *mcpgo.CallToolResult, 1)
+	go func() {
+		var req mcpgo.CallToolRequest
+		req.Params.Name = "run_code"
+		req.Params.Arguments = args
+		res, err := srv.client.CallTool(context.Background(), req)
+		if err != nil {
+			res = mcpgo.NewToolResultError("call failed: " + err.Error())
+		}
+		ch <- res
+	}()
+	return ch
+}
+
+// waitExit waits for the server process to end, failing after limit.
+func (srv *serveProc) waitExit(t *testing.T, limit time.Duration) time.Duration {
+	t.Helper()
+	t0 := time.Now()
+	select {
+	case <-srv.exited:
+		return time.Since(t0)
+	case <-time.After(limit):
+		t.Fatalf("server %d still running %s later\nstderr:\n%s", srv.cmd.Process.Pid, limit, srv.stderr.String())
+		return 0
+	}
+}
+
+// instanceOf is the instance a server took, from its log line.
+func (srv *serveProc) instanceOf(t *testing.T) string {
+	t.Helper()
+	for _, line := range strings.Split(srv.stderr.String(), "\n") {
+		if strings.Contains(line, "sandpit serving MCP") {
+			if _, after, ok := strings.Cut(line, "instance="); ok {
+				return strings.Fields(after)[0]
+			}
+		}
+	}
+	t.Fatalf("no instance in the server's log:\n%s", srv.stderr.String())
+	return ""
+}
+
+// waitRunning waits until a sandbox of instance is running a task.
+func waitRunning(t *testing.T, addr, instance string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if n := runningTasks(t, addr, instance); n > 0 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("no running sandbox of instance %s", instance)
+}
+
+// runningTasks counts instance's sandboxes that run a program: an idle
+// pooled sandbox has two processes (the init and the waiter), one that runs
+// a request three or more (the init, the program, the init's timer).
+func runningTasks(t *testing.T, addr, instance string) int {
+	t.Helper()
+	c, ctx := containerdClient(t, addr)
+	defer c.Close()
+	ctrs, err := c.Containers(ctx, fmt.Sprintf("labels.%q==%q", runtime.LabelInstance, instance))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ctr := range ctrs {
+		task, err := ctr.Task(ctx, nil)
+		if err != nil {
+			continue
+		}
+		st, err := task.Status(ctx)
+		if err != nil || st.Status != containerd.Running {
+			continue
+		}
+		if pids, err := task.Pids(ctx); err == nil && len(pids) >= 3 {
+			n++
+		}
+	}
+	return n
+}
+
+func containerdClient(t *testing.T, addr string) (*containerd.Client, context.Context) {
+	t.Helper()
+	c, err := containerd.New(addr, containerd.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, namespaces.WithNamespace(context.Background(), testenv.Namespace)
+}
+
+// leftovers lists what instance left: containers, snapshots, mounts under
+// the state dir, and the instance dir.
+func leftovers(t *testing.T, s lifecycleStore, instance string) []string {
+	t.Helper()
+	c, ctx := containerdClient(t, s.addr)
+	defer c.Close()
+	var out []string
+	filter := fmt.Sprintf("labels.%q==%q", runtime.LabelInstance, instance)
+	ctrs, err := c.Containers(ctx, filter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ctr := range ctrs {
+		out = append(out, "container "+ctr.ID())
+	}
+	err = c.SnapshotService("overlayfs").Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		out = append(out, "snapshot "+info.Name)
+		return nil
+	}, filter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(mi), "\n") {
+			if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], filepath.Join(s.state, "instances", instance)+"/") {
+				out = append(out, "mount "+f[4])
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(s.state, "instances", instance)); err == nil {
+		out = append(out, "instance dir "+instance)
+	}
+	return out
+}
+
+// assertNothingLeft waits (the janitor works in the background) until
+// instance left nothing, failing after limit.
+func assertNothingLeft(t *testing.T, s lifecycleStore, instance string, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	var left []string
+	for {
+		left = leftovers(t, s, instance)
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if len(left) > 0 {
+		t.Errorf("instance %s left %d things: %v", instance, len(left), left)
+	}
+}
+
+func runOK(t *testing.T, srv *serveProc, code string) {
+	t.Helper()
+	ch := srv.runAsync(t, map[string]any{"language": "python", "code": code})
+	select {
+	case res := <-ch:
+		if r := runResult(t, res); r.Status != "success" {
+			t.Fatalf("run: status %s, stderr %q", r.Status, r.Stderr)
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatal("run_code did not answer")
+	}
+}
+
+// A server killed with leftovers (in-flight runs, pooled sandboxes, run
+// dirs, views) must not stop the next one from answering at once, and the
+// next one's janitor removes all of it — also of instances no one reuses.
+func TestLifecycleRestartAfterKill(t *testing.T) {
+	s := newLifecycleStore(t)
+	a, _ := s.start(t)
+	b, _ := s.start(t)
+	ia, ib := a.instanceOf(t), b.instanceOf(t)
+	if ia == ib {
+		t.Fatalf("two servers took the same instance %s", ia)
+	}
+	for _, srv := range []*serveProc{a, b} {
+		srv.runAsync(t, map[string]any{"language": "python", "code": "import time\nprint('started', flush=True)\ntime.sleep(60)", "timeout_seconds": 60})
+	}
+	waitRunning(t, s.addr, ia)
+	waitRunning(t, s.addr, ib)
+	a.cmd.Process.Kill()
+	b.cmd.Process.Kill()
+	a.waitExit(t, 10*time.Second)
+	b.waitExit(t, 10*time.Second)
+	before := append(leftovers(t, s, ia), leftovers(t, s, ib)...)
+	if len(before) < 4 {
+		t.Fatalf("the killed servers left only %v: the test cannot see a janitor work", before)
+	}
+
+	c, took := s.start(t)
+	t.Logf("initialize after a kill -9 with %d leftovers: %s", len(before), took)
+	if took > 30*time.Second {
+		t.Errorf("initialize took %s after a crash (a stuck janitor?)", took)
+	}
+	runOK(t, c, "print('after the crash')")
+	// The new server may reuse a dead instance's name (and its dir): what
+	// must go is every thing the dead ones left.
+	ic := c.instanceOf(t)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		now := map[string]bool{}
+		for _, l := range append(leftovers(t, s, ia), leftovers(t, s, ib)...) {
+			now[l] = true
+		}
+		var still []string
+		for _, l := range before {
+			if now[l] && l != "instance dir "+ic {
+				still = append(still, l)
+			}
+		}
+		if len(still) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("60 s after the restart, still left by the killed servers: %v", still)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// Two servers launched the same way (same state dir, workspace and
+// stores, no --instance) both answer, and neither disturbs the other's runs:
+// not at start-up (janitor), not while running.
+func TestLifecycleTwoServers(t *testing.T) {
+	s := newLifecycleStore(t)
+	a, _ := s.start(t)
+	long := a.runAsync(t, map[string]any{"language": "python", "code": "import time\ntime.sleep(3)\nprint('a done')", "timeout_seconds": 30})
+	waitRunning(t, s.addr, a.instanceOf(t))
+	b, _ := s.start(t) // its janitor runs now, beside a's live run
+	runOK(t, b, "print('b')")
+	select {
+	case res := <-long:
+		if r := runResult(t, res); r.Status != "success" || r.Stdout != "a done\n" {
+			t.Errorf("a's run beside b: status %s, stdout %q, stderr %q", r.Status, r.Stdout, r.Stderr)
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatal("a's run did not finish")
+	}
+	runOK(t, a, "print('a again')")
+}
+
+// `sandpit run` and `sandpit gc` beside a live server: both work, neither
+// touches the server's run; gc refuses the live instance by name.
+func TestLifecycleRunAndGCBesideServer(t *testing.T) {
+	s := newLifecycleStore(t)
+	a, _ := s.start(t)
+	ia := a.instanceOf(t)
+	long := a.runAsync(t, map[string]any{"language": "python", "code": "import time\ntime.sleep(3)\nprint('a done')", "timeout_seconds": 30})
+	waitRunning(t, s.addr, ia)
+
+	flags := []string{"--address", s.addr, "--no-start", "--state-dir", s.state}
+	out, err := exec.Command(binPath, append(append([]string{"run"}, flags...), "-l", "python", "print(40+2)")...).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "42") {
+		t.Errorf("sandpit run beside a server: %v\n%s", err, out)
+	}
+	out, err = exec.Command(binPath, append([]string{"gc"}, flags...)...).CombinedOutput()
+	if err != nil {
+		t.Errorf("sandpit gc beside a server: %v\n%s", err, out)
+	}
+	out, err = exec.Command(binPath, append(append([]string{"gc"}, flags...), "--instance", ia)...).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), fmt.Sprintf("pid %d", a.cmd.Process.Pid)) {
+		t.Errorf("sandpit gc --instance %s (live): err %v, want a refusal naming pid %d\n%s", ia, err, a.cmd.Process.Pid, out)
+	}
+	select {
+	case res := <-long:
+		if r := runResult(t, res); r.Status != "success" || r.Stdout != "a done\n" {
+			t.Errorf("the server's run beside run and gc: status %s, stdout %q, stderr %q", r.Status, r.Stdout, r.Stderr)
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatal("the server's run did not finish")
+	}
+}
+
+// A client that goes away mid-run (its end of the pipes closes) makes the
+// server release everything and exit.
+func TestLifecycleClientDisconnect(t *testing.T) {
+	s := newLifecycleStore(t)
+	a, _ := s.start(t)
+	ia := a.instanceOf(t)
+	a.runAsync(t, map[string]any{"language": "python", "code": "import time\ntime.sleep(40)", "timeout_seconds": 60})
+	waitRunning(t, s.addr, ia)
+	a.stdin.Close()
+	a.stdout.Close()
+	took := a.waitExit(t, 30*time.Second)
+	t.Logf("exit after the client went away: %s", took)
+	assertNothingLeft(t, s, ia, 10*time.Second)
+}
+
+// SIGTERM mid-run: the run is killed and recorded as cancelled with its
+// output so far, everything is released, and the server exits 0. A second
+// signal is not needed.
+func TestLifecycleSIGTERM(t *testing.T) {
+	s := newLifecycleStore(t)
+	a, _ := s.start(t)
+	ia := a.instanceOf(t)
+	a.runAsync(t, map[string]any{"language": "python", "code": "import time\nprint('partial', flush=True)\ntime.sleep(40)", "timeout_seconds": 60})
+	waitRunning(t, s.addr, ia)
+	time.Sleep(time.Second) // let the program print
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	took := a.waitExit(t, 30*time.Second)
+	t.Logf("exit after SIGTERM mid-run: %s", took)
+	if a.err != nil {
+		t.Errorf("exit after SIGTERM: %v, want status 0", a.err)
+	}
+	assertNothingLeft(t, s, ia, 10*time.Second)
+
+	db, err := sql.Open("sqlite3", filepath.Join(s.dir, "history.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var status, stdout string
+	if err := db.QueryRow(`SELECT status, stdout_head FROM runs ORDER BY started_ns DESC LIMIT 1`).Scan(&status, &stdout); err != nil {
+		t.Fatalf("the cancelled run is not in the history: %v", err)
+	}
+	if status != "cancelled" || !strings.Contains(stdout, "partial") {
+		t.Errorf("history: status %q, stdout %q; want cancelled with the output so far", status, stdout)
+	}
+}
+
+// After kill -9 of its server, a run still dies at its own deadline: the
+// sandbox's init enforces it.
+func TestLifecycleRunDiesWithoutServer(t *testing.T) {
+	s := newLifecycleStore(t)
+	for _, pool := range []string{"--pool=0", "--pool=2"} {
+		t.Run(pool, func(t *testing.T) {
+			a, _ := s.start(t, pool)
+			ia := a.instanceOf(t)
+			t0 := time.Now()
+			a.runAsync(t, map[string]any{"language": "python", "code": "while True: pass", "timeout_seconds": 3})
+			waitRunning(t, s.addr, ia)
+			a.cmd.Process.Kill()
+			a.waitExit(t, 10*time.Second)
+			deadline := t0.Add(3*time.Second + 5*time.Second)
+			for runningTasks(t, s.addr, ia) > 0 && time.Now().Before(deadline.Add(20*time.Second)) {
+				time.Sleep(100 * time.Millisecond)
+			}
+			gone := time.Since(t0)
+			t.Logf("the run ended %s after it started (timeout 3 s, server killed)", gone.Round(10*time.Millisecond))
+			if time.Now().After(deadline.Add(20 * time.Second)) {
+				t.Fatalf("the run is still running %s after its 3 s timeout, its server dead", gone)
+			}
+		})
+	}
+}

@@ -1,0 +1,224 @@
+// Package instance finds who owns a sandpit instance: the process that holds
+// an exclusive flock on the instance's lock file for its whole life. Every
+// server, `sandpit run` and the janitor go through it, so nothing removes
+// what a live process holds, whatever the names say.
+//
+// Layout: <root>/<name>/lock (the lock, holding the owner's pid for humans)
+// and everything else the instance keeps under <root>/<name>/. A lock is
+// released by the kernel when its holder dies, however it dies, so a free
+// lock always means a dead (or finished) owner.
+package instance
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandpit-dev/sandpit"
+)
+
+// ErrBusy: a live process holds the instance.
+var ErrBusy = sandpit.Define(sandpit.ErrConflict, "instance in use")
+
+// BusyError says which process holds an instance.
+type BusyError struct {
+	Name string
+	PID  int // 0 when unknown
+}
+
+func (e *BusyError) Error() string {
+	if e.PID > 0 {
+		return fmt.Sprintf("instance %q is held by pid %d", e.Name, e.PID)
+	}
+	return fmt.Sprintf("instance %q is held by another process", e.Name)
+}
+
+func (e *BusyError) Unwrap() error { return ErrBusy }
+
+// Instance is one held instance.
+type Instance struct {
+	name string
+	dir  string
+	lock *os.File
+}
+
+// Name is the instance's name (its containers' label).
+func (in *Instance) Name() string { return in.name }
+
+// Dir is where the instance keeps its state.
+func (in *Instance) Dir() string { return in.dir }
+
+var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+// Acquire takes the instance name under root, failing with a *BusyError
+// when a live process holds it.
+func Acquire(root, name string) (*Instance, error) {
+	if !validName.MatchString(name) {
+		return nil, sandpit.Newf(sandpit.ErrInvalidArgument, "instance name %q: use letters, digits, '.', '_' and '-' (at most 63)", name)
+	}
+	dir := filepath.Join(root, name)
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return nil, fmt.Errorf("instance dir: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("instance lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, &BusyError{Name: name, PID: holder(dir)}
+		}
+		return nil, fmt.Errorf("instance lock: %w", err)
+	}
+	// The pid is for humans (sandpit gc says who holds it); the lock is
+	// what counts.
+	f.Truncate(0)
+	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return &Instance{name: name, dir: dir, lock: f}, nil
+}
+
+// AcquireFree takes the first free instance among prefix, prefix-2,
+// prefix-3, ... (up to max tries), for processes started without an
+// explicit instance: two MCP clients launching the same command each get
+// their own.
+func AcquireFree(root, prefix string, max int) (*Instance, error) {
+	var last error
+	for i := 1; i <= max; i++ {
+		name := prefix
+		if i > 1 {
+			name = fmt.Sprintf("%s-%d", prefix, i)
+		}
+		in, err := Acquire(root, name)
+		if err == nil {
+			return in, nil
+		}
+		if !errors.Is(err, ErrBusy) {
+			return nil, err
+		}
+		last = err
+	}
+	return nil, fmt.Errorf("no free instance among %s..%s-%d: %w", prefix, prefix, max, last)
+}
+
+// Release gives the instance up; its dir stays (the next owner's janitor,
+// or Remove, deals with it).
+func (in *Instance) Release() error {
+	if in.lock == nil {
+		return nil
+	}
+	err := in.lock.Close() // closing the last fd drops the flock
+	in.lock = nil
+	return err
+}
+
+// Remove deletes the instance's dir, lock included, and releases it. The
+// caller must have emptied it of mounts first; Remove refuses to delete
+// below a mount point.
+func (in *Instance) Remove() error {
+	if mounted := MountsUnder(in.dir); len(mounted) > 0 {
+		in.Release()
+		return fmt.Errorf("instance %s: still mounted: %s", in.name, strings.Join(mounted, ", "))
+	}
+	// Remove the dir while holding the lock, so a concurrent Acquire of
+	// the same name either waits for us to finish or finds nothing.
+	err := os.RemoveAll(in.dir)
+	in.Release()
+	return err
+}
+
+// Dead takes every instance under root that no live process holds (its
+// owner died), for the caller to sweep and then Remove or Release.
+func Dead(root string) ([]*Instance, error) {
+	entries, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []*Instance
+	for _, e := range entries {
+		if !e.IsDir() || !validName.MatchString(e.Name()) {
+			continue
+		}
+		in, err := Acquire(root, e.Name())
+		if err != nil {
+			continue // held by a live process, or unreadable: not ours to sweep
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+// Holder returns the pid that holds instance name under root, 0 when none
+// (or unknown).
+func Holder(root, name string) int {
+	dir := filepath.Join(root, name)
+	f, err := os.Open(filepath.Join(dir, "lock"))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+		unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		return 0
+	}
+	return holder(dir)
+}
+
+func holder(dir string) int {
+	b, err := os.ReadFile(filepath.Join(dir, "lock"))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}
+
+// MountsUnder lists mount points at or below dir (from
+// /proc/self/mountinfo), deepest last.
+func MountsUnder(dir string) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMountinfo(f[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for a space...) of
+// /proc/self/mountinfo paths.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

@@ -1,0 +1,178 @@
+package runtime
+
+import (
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	coci "github.com/containerd/containerd/oci"
+
+	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/oci"
+)
+
+// The init protocol: how a sandbox of an image built by sandpit starts its
+// program, pooled or cold. Its first process (PID 1) is a bash script,
+// initScript, which reads the run's wall-clock limit from the first line of
+// stdin and then starts the command it was given: waiter.py (which reads a
+// header line and becomes the program) or, for a cold run that needs no
+// waiter, the program itself.
+
+//go:embed waiter.py
+var waiterPy string
+
+// initScript is PID 1. A program must not be PID 1 of its pid namespace:
+// the kernel drops the signals PID 1 has no handler for, so a failed C
+// assert() (abort) would end as SIGSEGV instead of SIGABRT and kill -TERM $$
+// would do nothing. PID 1 reaps orphans while it waits and exits with the
+// program's status (128 + the signal that killed it).
+//
+// It also enforces the run's deadline by itself, so that a run dies on time
+// even when its server is gone (killed, crashed): the first line of stdin
+// is the run's limit in microseconds (the server's timeout plus initGrace),
+// read by bash one byte at a time so nothing of the program's stdin is
+// consumed; EOF there means the server went away before sending a request
+// (a pooled sandbox whose server died), and the sandbox ends. At the limit,
+// PID 1 kills every other process of the sandbox; nothing inside can stop
+// that, since signals from inside a pid namespace cannot kill its init.
+//
+// PID 1 waits for the program with `wait -n` beside a timer of at most a
+// second, and checks the program is still there before each wait: bash
+// may reap a program that ends between its start and the first wait (a job
+// it has already reported is not waited for again), and this bounds the
+// time such an end goes unnoticed to that second, where one long timer
+// would leave it unnoticed until the deadline. Job control (set -m) keeps
+// SIGINT and SIGQUIT at their defaults for the program, which a plain
+// background job would ignore; the program gets this stdin explicitly and
+// the original stderr, while PID 1's own (its job reports) goes to
+// /dev/null.
+const initScript = `set -m
+exec 3>&2 2>/dev/null
+IFS= read -r t || exit 0
+end=$(( ${EPOCHREALTIME/./} + t ))
+"$@" <&0 2>&3 3>&- &
+p=$!
+exec 3>&-
+while :; do
+	if ! kill -0 "$p"; then wait "$p"; exit $?; fi
+	left=$(( end - ${EPOCHREALTIME/./} ))
+	if (( left <= 0 )); then kill -KILL -1; wait "$p"; exit $?; fi
+	(( left > 1000000 )) && left=1000000
+	printf -v d '%d.%06d' $(( left / 1000000 )) $(( left % 1000000 ))
+	sleep "$d" </dev/null >/dev/null &
+	w=$!
+	wait -n -p done "$p" "$w"
+	st=$?
+	if [ "$done" = "$p" ]; then kill -KILL "$w"; exit "$st"; fi
+done`
+
+// initGrace is how long after the server's own deadline PID 1 kills the
+// run: the server normally does it first, and tells a timeout from a kill.
+const initGrace = 2 * time.Second
+
+// initProcess is PID 1 running argv under initScript.
+func initProcess(cwd string, argv ...string) coci.SpecOpts {
+	return oci.WithProcess(cwd, append([]string{"/bin/bash", "-c", initScript, "sandpit-init"}, argv...)...)
+}
+
+// waiterProcess is the first process of a sandbox whose program runs
+// under waiter.py.
+var waiterProcess = initProcess("/tmp", "python3", "-c", waiterPy)
+
+// deadlineLine is the first line of an init sandbox's stdin: the
+// microseconds PID 1 allows the run, from now until deadline plus
+// initGrace.
+func deadlineLine(deadline time.Time) []byte {
+	us := time.Until(deadline.Add(initGrace)).Microseconds()
+	return []byte(strconv.FormatInt(max(us, 100_000), 10) + "\n")
+}
+
+// initOpts are the spec options of a sandbox whose first process is the
+// init (process): that process, the source dir, the build dir and the
+// workspace bind (nil: none).
+func (r *Runtime) initOpts(dir string, process, workspace coci.SpecOpts) []coci.SpecOpts {
+	opts := []coci.SpecOpts{
+		process,
+		oci.WithBind(filepath.Join(dir, "src"), sandpit.SourceDir, false, false),
+		// The compiler writes the program here and the same sandbox runs
+		// it: a size-limited tmpfs, charged to the sandbox's memory.
+		oci.WithTmpfs(sandpit.BuildDir, r.cfg.Limits.TmpfsBytes, true),
+	}
+	if workspace != nil {
+		opts = append(opts, workspace)
+	}
+	return opts
+}
+
+// initRequest is the mode and header line that make waiter.py run req.
+func initRequest(lang *LanguageSpec, req sandpit.Request, cwd string) (mode string, header []byte) {
+	argv := lang.runArgv(req)
+	mode = "exec"
+	switch {
+	case len(lang.Compile) > 0:
+		mode = "build"
+		argv = append(append(lang.argv(lang.Compile, req.Path), "--"), argv...)
+	case lang.Name == "python":
+		mode = "python" // run in the waiting interpreter: no second start-up
+		argv = argv[1:] // drop "python3"
+	}
+	return mode, waiterHeader(mode, cwd, argv)
+}
+
+// finishInit strips waiter.py's lines from the output and turns a failed
+// compile into StatusCompileError. It reports false when the waiter never
+// acknowledged the request, so nothing of it ran.
+func (r *Runtime) finishInit(out *stepOutput, mode string) bool {
+	if !out.stdout.stripPrefix(started) && out.status != sandpit.StatusTimeout && out.status != sandpit.StatusCancelled {
+		return false
+	}
+	if mode == "build" {
+		// The waiter reports the compiler's verdict in a line at the very
+		// start of stdout, before the program can write anything.
+		switch {
+		case out.stdout.stripPrefix(compileOK):
+		case out.stdout.stripPrefix(compileFailed):
+			if out.status == sandpit.StatusError {
+				out.status = sandpit.StatusCompileError
+			}
+		}
+	}
+	out.stdout.clamp(r.cfg.OutputBytes)
+	return true
+}
+
+// errNoInit: the image cannot run waiter.py (see Runtime.hasInit).
+var errNoInit = errors.New("image has no python3 for sandpit's init")
+
+// errWarmLost: a pooled sandbox could not take its request; run it cold.
+var errWarmLost = errors.New("pooled sandbox lost before it started the request")
+
+// The waiter's acknowledgement and compile verdicts (waiter.py writes the
+// same bytes at the very start of stdout, before the program can).
+var (
+	started       = []byte("\x00sandpit:started\n")
+	compileOK     = []byte("\x00sandpit:compiled\n")
+	compileFailed = []byte("\x00sandpit:compile-failed\n")
+)
+
+// markerBytes is how much the waiter's lines add to stdout at most: the
+// capture is that much larger so the program still gets its full cap.
+var markerBytes = int64(len(started) + len(compileFailed))
+
+// waiterHeader is the one line waiter.py reads before it becomes the
+// program: hex-encoded fields separated by spaces, so any byte can pass.
+func waiterHeader(mode, cwd string, argv []string) []byte {
+	fields := append([]string{mode, cwd}, argv...)
+	enc := make([]string, len(fields))
+	for i, f := range fields {
+		enc[i] = hex.EncodeToString([]byte(f))
+		if enc[i] == "" {
+			enc[i] = "-" // an empty argument
+		}
+	}
+	return []byte(strings.Join(enc, " ") + "\n")
+}
