@@ -3,7 +3,6 @@ package mcp
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -51,27 +50,23 @@ func addDataTools(s *server.MCPServer, cfg Config) {
 	}
 }
 
-// openWorkspaceFile resolves a workspace path and opens it for reading.
+// Opener opens workspace files for the data tools' path arguments.
+// *workspace.Workspace implements it.
+type Opener interface {
+	// OpenFile opens the regular file at the workspace path rel for
+	// reading. It must not follow a path by name after checking it (a
+	// running program may swap a symlink in), must not block on a FIFO,
+	// and must refuse anything but a regular file, checked on the
+	// descriptor. Its errors name rel, never a host path.
+	OpenFile(rel string) (*os.File, error)
+}
+
+// openWorkspaceFile opens a workspace file for reading through cfg.Opener.
 func (cfg Config) openWorkspaceFile(path string) (*os.File, error) {
-	if cfg.WorkspacePath == nil {
+	if cfg.Opener == nil {
 		return nil, argErrorf("path needs a workspace, and this server has none: pass the content inline")
 	}
-	host, err := cfg.WorkspacePath(path)
-	if err != nil {
-		return nil, err
-	}
-	f, err := os.Open(host)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, argErrorf("%s does not exist in the workspace (hint: list_files shows what is there)", path)
-	}
-	if err != nil {
-		return nil, argErrorf("cannot open %s: %v", path, err)
-	}
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, argErrorf("%s is not a regular file", path)
-	}
-	return f, nil
+	return cfg.Opener.OpenFile(path)
 }
 
 // DescribeSchemaArgs are describe_schema's arguments.
@@ -262,14 +257,10 @@ func (cfg Config) validateJSON(a ValidateJSONArgs) (*validate.JSONResult, error)
 		if schema != nil {
 			return nil, argErrorf("give schema or schema_path, not both")
 		}
-		if cfg.WorkspacePath == nil {
+		if cfg.Opener == nil {
 			return nil, argErrorf("schema_path needs a workspace, and this server has none: pass the schema inline")
 		}
-		host, err := cfg.WorkspacePath(a.SchemaPath)
-		if err != nil {
-			return nil, err
-		}
-		ref.Path = host
+		ref.Path, ref.Open = a.SchemaPath, cfg.Opener.OpenFile
 	}
 	format := strings.ToLower(a.Format)
 	switch {

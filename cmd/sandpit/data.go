@@ -21,11 +21,15 @@ func dataFlags() []cli.Flag {
 }
 
 // dataConfig opens what the data flags name and fills cfg. Call it after
-// cfg.WorkspacePath is set, so that query_db can open workspace databases.
+// cfg.Opener is set, so that query_db can open workspace databases.
 // Without --db the SQL tools are still served and answer that no database
 // is configured, with a hint.
 func dataConfig(c *cli.Context, cfg *mcp.Config) error {
-	qdb, err := querydb.New(c.String("db"), cfg.WorkspacePath, querydb.Options{Timeout: c.Duration("query-timeout")})
+	var open querydb.OpenFunc
+	if cfg.Opener != nil {
+		open = cfg.Opener.OpenFile
+	}
+	qdb, err := querydb.New(c.String("db"), open, querydb.Options{Timeout: c.Duration("query-timeout")})
 	if err != nil {
 		return fmt.Errorf("--db: %w", err)
 	}

@@ -18,7 +18,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -41,6 +43,9 @@ var (
 	ErrRemoteRef = sandpit.Define(sandpit.ErrInvalidArgument, "schema reference not allowed")
 	// ErrBadConstraint: a CSV constraint or option is malformed.
 	ErrBadConstraint = sandpit.Define(sandpit.ErrInvalidArgument, "invalid CSV constraint")
+	// ErrTooLarge: a document, line or schema file is past its size limit,
+	// or validation reached its time or work limit.
+	ErrTooLarge = sandpit.Define(sandpit.ErrResourceExhausted, "too large")
 	// ErrInput: the input cannot be read (not the same as invalid data).
 	ErrInput = sandpit.Define(sandpit.ErrInvalidArgument, "cannot read input")
 )
@@ -185,7 +190,9 @@ func (r *Registry) named(name string) (*jsonschema.Schema, error) {
 // of them except file URLs inside allowDir, and remembers the first refusal
 // (the compiler's error does not wrap it).
 type loader struct {
-	allowDir string
+	allowDir string   // host directory of registered schema files ("" for none)
+	open     OpenFunc // opens workspace schema files (nil for none)
+	openDir  string   // the workspace directory (as a URL) $refs may reach
 	refused  error
 }
 
@@ -198,6 +205,16 @@ func (l *loader) Load(url string) (any, error) {
 }
 
 func (l *loader) load(url string) (any, error) {
+	if l.open != nil && strings.HasPrefix(url, workspaceURL) {
+		if !strings.HasPrefix(url, l.openDir) {
+			return nil, fmt.Errorf("%w: $ref %s leaves the schema's directory", ErrRemoteRef, strings.TrimPrefix(url, workspaceURL))
+		}
+		rel := strings.TrimPrefix(url, workspaceURL)
+		if i := strings.IndexByte(rel, '#'); i >= 0 {
+			rel = rel[:i]
+		}
+		return loadSchemaFile(l.open, rel)
+	}
 	if l.allowDir != "" && strings.HasPrefix(url, "file://") {
 		path, err := jsonschema.FileLoader{}.ToFile(url)
 		if err != nil {
@@ -213,6 +230,41 @@ func (l *loader) load(url string) (any, error) {
 		return jsonschema.FileLoader{}.Load("file://" + real)
 	}
 	return nil, fmt.Errorf("%w: $ref %s is not fetched (no network, no files outside the schema's directory); inline the referenced schema under $defs, or reference a registered schema by name, e.g. {\"$ref\": \"user.json\"}", ErrRemoteRef, url)
+}
+
+// MaxSchemaBytes is the largest schema file read from the workspace.
+const MaxSchemaBytes = 1 << 20
+
+// loadSchemaFile reads and decodes the workspace schema file rel through
+// open: one descriptor, no symlink followed, at most MaxSchemaBytes.
+func loadSchemaFile(open OpenFunc, rel string) (any, error) {
+	f, err := open(rel)
+	if err != nil {
+		return nil, err // the workspace's own class says why
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxSchemaBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: schema file %s: %v", ErrInput, rel, noPath(err))
+	}
+	if len(b) > MaxSchemaBytes {
+		return nil, fmt.Errorf("%w: schema file %s is larger than %d bytes", ErrTooLarge, rel, MaxSchemaBytes)
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("%w: schema file %s is not JSON: %v", ErrBadSchema, rel, err)
+	}
+	return doc, nil
+}
+
+// noPath drops the host path from an OS error: what reaches the model names
+// workspace paths only.
+func noPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 // schemaError keeps the reason a schema failed to compile readable.
@@ -237,15 +289,26 @@ func (l *loader) schemaError(name string, err error) error {
 	return fmt.Errorf("%w: schema %s: %s", ErrBadSchema, name, msg)
 }
 
+// OpenFunc opens a workspace file for reading without following symlinks
+// and returns it only if it is a regular file. *workspace.Workspace's
+// OpenFile is one.
+type OpenFunc func(rel string) (*os.File, error)
+
 // SchemaRef picks the schema to validate against: exactly one of Name (a
-// registered schema), Inline (a decoded JSON object) or Path (a schema
-// file, already resolved to a host path by the caller; its $refs may name
-// files in its own directory).
+// registered schema), Inline (a decoded JSON object) or Path (a schema file
+// in the workspace, opened with Open; its $refs may name files in its own
+// directory, opened the same way).
 type SchemaRef struct {
 	Name   string
 	Inline any
 	Path   string
+	Open   OpenFunc
 }
+
+// workspaceURL names workspace schema files: "a/s.json" is
+// sandpit:///workspace/a/s.json, so relative $refs resolve inside the
+// workspace and are loaded through the opener, never by host path.
+const workspaceURL = "sandpit:///workspace/"
 
 // Schema compiles the schema ref points at.
 func (r *Registry) Schema(ref SchemaRef) (*jsonschema.Schema, error) {
@@ -262,27 +325,26 @@ func (r *Registry) Schema(ref SchemaRef) (*jsonschema.Schema, error) {
 	case ref.Name != "":
 		return r.named(strings.TrimSuffix(ref.Name, ".json"))
 	case ref.Path != "":
-		b, err := os.ReadFile(ref.Path)
-		if err != nil {
-			return nil, fmt.Errorf("%w: schema file: %v", ErrInput, err)
+		if ref.Open == nil {
+			return nil, fmt.Errorf("%w: a schema file needs a workspace, and there is none: pass the schema inline", ErrBadSchema)
 		}
-		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+		rel := path.Clean("/" + ref.Path)[1:]
+		url := workspaceURL + rel
+		doc, err := loadSchemaFile(ref.Open, ref.Path)
 		if err != nil {
-			return nil, fmt.Errorf("%w: schema file %s is not JSON: %v", ErrBadSchema, filepath.Base(ref.Path), err)
+			return nil, err
 		}
-		abs, _ := filepath.Abs(ref.Path)
-		dir, err := filepath.EvalSymlinks(filepath.Dir(abs))
-		if err != nil {
-			return nil, fmt.Errorf("%w: schema file: %v", ErrInput, err)
+		c, l := r.compiler("")
+		l.open, l.openDir = ref.Open, workspaceURL+path.Dir(rel)+"/"
+		if l.openDir == workspaceURL+"./" {
+			l.openDir = workspaceURL
 		}
-		url := "file://" + filepath.Join(dir, filepath.Base(abs))
-		c, l := r.compiler(dir)
 		if err := c.AddResource(url, doc); err != nil {
-			return nil, l.schemaError(filepath.Base(abs), err)
+			return nil, l.schemaError(rel, err)
 		}
 		s, err := c.Compile(url)
 		if err != nil {
-			return nil, l.schemaError(filepath.Base(abs), err)
+			return nil, l.schemaError(rel, err)
 		}
 		return s, nil
 	}
@@ -446,6 +508,7 @@ func leaves(e *jsonschema.ValidationError, out []*jsonschema.ValidationError) []
 func schemaLocation(e *jsonschema.ValidationError) string {
 	loc := e.SchemaURL + pointer(e.ErrorKind.KeywordPath())
 	loc = strings.TrimPrefix(loc, baseURL+"inline/schema.json")
+	loc = strings.TrimPrefix(loc, workspaceURL)
 	loc = strings.TrimPrefix(loc, baseURL)
 	if i := strings.LastIndex(loc, "/"); strings.HasPrefix(loc, "file://") && i >= 0 {
 		// A schema file: keep its base name, not the host path.

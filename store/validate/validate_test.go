@@ -3,10 +3,13 @@ package validate
 import (
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sandpit-dev/sandpit/store/workspace"
 )
 
 func registry(t *testing.T, dir string) *Registry {
@@ -140,7 +143,8 @@ func TestSchemaRefs(t *testing.T) {
 	os.WriteFile(filepath.Join(ws, "escape.json"), []byte(`{"$ref": "../secret.json"}`), 0o644)
 	os.WriteFile(filepath.Join(filepath.Dir(ws), "secret.json"), []byte(`{"type": "integer"}`), 0o644)
 
-	s, err = r.Schema(SchemaRef{Path: filepath.Join(ws, "ok.json")})
+	open := workspaceOpener(t, ws)
+	s, err = r.Schema(SchemaRef{Path: "ok.json", Open: open})
 	if err != nil {
 		t.Fatalf("file ref inside the schema's directory: %v", err)
 	}
@@ -156,7 +160,8 @@ func TestSchemaRefs(t *testing.T) {
 		{"remote https ref", SchemaRef{Inline: map[string]any{"$ref": "https://example.com/schema.json"}}, ErrRemoteRef},
 		{"remote http $schema", SchemaRef{Inline: map[string]any{"$schema": "http://example.com/meta", "type": "object"}}, ErrRemoteRef},
 		{"file ref from inline", SchemaRef{Inline: map[string]any{"$ref": "file:///etc/passwd"}}, ErrRemoteRef},
-		{"file ref leaving the directory", SchemaRef{Path: filepath.Join(ws, "escape.json")}, ErrRemoteRef},
+		{"file ref leaving the directory", SchemaRef{Path: "escape.json", Open: open}, ErrRemoteRef},
+		{"schema file without a workspace", SchemaRef{Path: "ok.json"}, ErrBadSchema},
 		{"bad schema", SchemaRef{Inline: map[string]any{"type": "integr"}}, ErrBadSchema},
 		{"bad minimum", SchemaRef{Inline: map[string]any{"minimum": "ten"}}, ErrBadSchema},
 		{"not an object", SchemaRef{Inline: []any{1.0}}, ErrBadSchema},
@@ -194,3 +199,13 @@ func TestListIsJSON(t *testing.T) {
 }
 
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
+
+// workspaceOpener opens files of the workspace at dir the way serve does.
+func workspaceOpener(t testing.TB, dir string) OpenFunc {
+	t.Helper()
+	ws, err := workspace.Open(dir, workspace.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ws.OpenFile
+}
