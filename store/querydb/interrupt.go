@@ -60,8 +60,10 @@ const interruptPoll = 10 * time.Millisecond
 // watch interrupts c whenever ctx is done until the returned stop is called;
 // stop waits for the watchdog to finish, so that no interrupt can reach the
 // connection after it is handed back. It covers what go-sqlite3's own
-// cancellation does not: sqlite3_prepare (a view that expands to a huge
-// parse tree) and the gaps between steps.
+// cancellation (a running step of a query given a context) does not:
+// sqlite3_prepare, where SQLite checks for an interrupt while it plans and
+// generates code (not while it expands views: the heap limit bounds that),
+// and statements run without a context.
 func watch(ctx context.Context, c *sqlite3.SQLiteConn) (stop func()) {
 	db := connHandle(c)
 	if db == 0 || ctx.Done() == nil {

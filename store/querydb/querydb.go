@@ -39,11 +39,13 @@
 // cleanly has none).
 //
 // Queries are bounded: a time limit that covers preparing a statement as
-// well as stepping it (a watchdog calls sqlite3_interrupt: a view can
-// expand to an exponential parse tree at prepare time), a row cap, a cap on
-// result bytes checked before a value is encoded, SQLITE_LIMIT_LENGTH on any
-// single value, and SQLite's hard heap limit on all the memory SQLite may
-// use, which also bounds a row before it is copied into Go. Temporary
+// well as stepping it (a watchdog calls sqlite3_interrupt from the deadline
+// on), a row cap, a cap on result bytes checked before a value is encoded,
+// SQLITE_LIMIT_LENGTH on any single value, and SQLite's hard heap limit on
+// all the memory SQLite may use. The heap limit is what stops nested views
+// that expand to an exponential parse tree at prepare time (SQLite does not
+// check for interrupts while it expands them), and it bounds a row before
+// it is copied into Go. Temporary
 // b-trees and sorters live in that bounded memory (temp_store=MEMORY), never
 // in files under /var/tmp. DescribeSchema has one deadline for the whole
 // call and a budget of objects and bytes; what does not fit is counted, not
