@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -24,10 +25,13 @@ type QueryDB interface {
 	Query(ctx context.Context, database, sql string, params any, maxRows int) (*querydb.Result, error)
 }
 
-// Validator checks JSON against schemas. *validate.Registry implements it.
+// Validator checks JSON against schemas and CSV against constraints, each
+// call within its limits. *validate.Registry implements it.
 type Validator interface {
 	List() []validate.NamedSchema
-	ValidateJSON(ref validate.SchemaRef, data io.Reader, jsonl bool, maxErrors int) (*validate.JSONResult, error)
+	Limits() validate.Limits
+	ValidateJSON(ctx context.Context, ref validate.SchemaRef, data io.Reader, jsonl bool, maxErrors int) (*validate.JSONResult, error)
+	ValidateCSV(ctx context.Context, data io.Reader, opts validate.CSVOptions) (*validate.CSVResult, error)
 }
 
 // addDataTools registers the SQL and validation tools whose dependency is
@@ -93,7 +97,7 @@ func describeSchemaTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 
 func formatSchema(s *querydb.Schema) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "database %s: %d tables and views\n", filepath.Base(s.Database), len(s.Tables))
+	fmt.Fprintf(&b, "database %s: %d tables and views\n", filepath.Base(s.Database), len(s.Tables)+s.MoreTables)
 	for _, t := range s.Tables {
 		count := t.RowCountNote
 		if t.RowCount != nil {
@@ -120,12 +124,21 @@ func formatSchema(s *querydb.Schema) string {
 			}
 			fmt.Fprintf(&b, "  %sindex %s (%s)\n", u, ix.Name, strings.Join(ix.Columns, ", "))
 		}
+		if t.MoreColumns > 0 {
+			fmt.Fprintf(&b, "  ... and %d more columns (PRAGMA table_xinfo lists them)\n", t.MoreColumns)
+		}
 		for _, fk := range t.ForeignKeys {
 			fmt.Fprintf(&b, "  foreign key (%s) references %s (%s)\n", strings.Join(fk.Columns, ", "), fk.Table, strings.Join(fk.To, ", "))
 		}
 		if t.Error != "" {
 			fmt.Fprintf(&b, "  (incomplete: %s)\n", t.Error)
 		}
+	}
+	if s.MoreTables > 0 {
+		fmt.Fprintf(&b, "\n... and %d more tables and views not described (query sqlite_schema for their names)\n", s.MoreTables)
+	}
+	if s.Note != "" {
+		fmt.Fprintf(&b, "incomplete: %s\n", s.Note)
 	}
 	return b.String()
 }
@@ -225,7 +238,7 @@ func validateJSONTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
 	return tool, handle(cfg, tool, func(ctx context.Context, a ValidateJSONArgs) (any, string, error) {
-		res, err := cfg.validateJSON(a)
+		res, err := cfg.validateJSON(ctx, a)
 		if err != nil {
 			return nil, "", err
 		}
@@ -233,7 +246,7 @@ func validateJSONTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	})
 }
 
-func (cfg Config) validateJSON(a ValidateJSONArgs) (*validate.JSONResult, error) {
+func (cfg Config) validateJSON(ctx context.Context, a ValidateJSONArgs) (*validate.JSONResult, error) {
 	var ref validate.SchemaRef
 	schema := a.Schema
 	if schema == nil {
@@ -287,7 +300,11 @@ func (cfg Config) validateJSON(a ValidateJSONArgs) (*validate.JSONResult, error)
 	case a.Data == nil:
 		return nil, argErrorf("data is required: the JSON to validate (or path, a workspace file)")
 	default:
+		max := cfg.Validator.Limits().MaxDocumentBytes
 		if s, ok := a.Data.(string); ok {
+			if format == "json" && len(s) > max {
+				return nil, fmt.Errorf("%w: data is %d bytes; a document may be at most %d (hint: write it to the workspace as JSONL and pass path)", validate.ErrTooLarge, len(s), max)
+			}
 			data = strings.NewReader(s)
 		} else {
 			if format == "jsonl" {
@@ -297,10 +314,13 @@ func (cfg Config) validateJSON(a ValidateJSONArgs) (*validate.JSONResult, error)
 			if err != nil {
 				return nil, argErrorf("data: %v", err)
 			}
-			data = strings.NewReader(string(b))
+			if len(b) > max {
+				return nil, fmt.Errorf("%w: data is %d bytes as JSON; a document may be at most %d", validate.ErrTooLarge, len(b), max)
+			}
+			data = bytes.NewReader(b)
 		}
 	}
-	return cfg.Validator.ValidateJSON(ref, data, format == "jsonl", a.MaxErrors)
+	return cfg.Validator.ValidateJSON(ctx, ref, data, format == "jsonl", a.MaxErrors)
 }
 
 func formatJSONResult(r *validate.JSONResult) string {
@@ -318,6 +338,9 @@ func formatJSONResult(r *validate.JSONResult) string {
 	}
 	if r.Truncated {
 		fmt.Fprintf(&b, "... %d more error(s) not listed\n", r.ErrorCount-len(r.Errors))
+	}
+	if r.Stopped != "" {
+		fmt.Fprintf(&b, "incomplete: %s\n", r.Stopped)
 	}
 	return b.String()
 }
@@ -347,7 +370,7 @@ func validateCSVTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
 	return tool, handle(cfg, tool, func(ctx context.Context, a ValidateCSVArgs) (any, string, error) {
-		res, err := cfg.validateCSV(a)
+		res, err := cfg.validateCSV(ctx, a)
 		if err != nil {
 			return nil, "", err
 		}
@@ -355,7 +378,7 @@ func validateCSVTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	})
 }
 
-func (cfg Config) validateCSV(a ValidateCSVArgs) (*validate.CSVResult, error) {
+func (cfg Config) validateCSV(ctx context.Context, a ValidateCSVArgs) (*validate.CSVResult, error) {
 	opts := validate.CSVOptions{
 		RequiredHeaders:  a.RequiredHeaders,
 		NoHeader:         a.HasHeader != nil && !*a.HasHeader,
@@ -405,7 +428,7 @@ func (cfg Config) validateCSV(a ValidateCSVArgs) (*validate.CSVResult, error) {
 	default:
 		data = strings.NewReader(a.CSVContent)
 	}
-	return validate.CSV(data, opts)
+	return cfg.Validator.ValidateCSV(ctx, data, opts)
 }
 
 func formatCSVResult(r *validate.CSVResult) string {
@@ -415,7 +438,11 @@ func formatCSVResult(r *validate.CSVResult) string {
 		state = fmt.Sprintf("invalid (%d errors)", r.ErrorCount)
 	}
 	fmt.Fprintf(&b, "%s: %d data rows, %d columns\n", state, r.Rows, len(r.Headers))
-	for _, c := range r.Columns {
+	for i, c := range r.Columns {
+		if i == maxColumnsShown {
+			fmt.Fprintf(&b, "  ... and %d more columns (in the structured result)\n", len(r.Columns)-i)
+			break
+		}
 		approx := ""
 		if !c.DistinctExact {
 			approx = "~"
@@ -443,8 +470,14 @@ func formatCSVResult(r *validate.CSVResult) string {
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "note: %s\n", n)
 	}
+	if r.Stopped != "" {
+		fmt.Fprintf(&b, "incomplete: %s\n", r.Stopped)
+	}
 	return b.String()
 }
+
+// maxColumnsShown bounds the column summaries in validate_csv_data's text.
+const maxColumnsShown = 100
 
 func diagnosePrompt() (mcpgo.Prompt, server.PromptHandlerFunc) {
 	p := mcpgo.NewPrompt("diagnose_validation_error",

@@ -57,7 +57,7 @@ func newDataClient(t *testing.T) dataFixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { qdb.Close() })
-	reg, err := validate.NewRegistry("")
+	reg, err := validate.NewRegistry("", validate.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func dataConfig(c *cli.Context, cfg *mcp.Config) error {
 	if err != nil {
 		return fmt.Errorf("--db: %w", err)
 	}
-	reg, err := validate.NewRegistry(c.String("schemas"))
+	reg, err := validate.NewRegistry(c.String("schemas"), validate.Limits{})
 	if err != nil {
 		qdb.Close()
 		return fmt.Errorf("--schemas: %w", err)

@@ -14,7 +14,7 @@ import (
 
 func registry(t *testing.T, dir string) *Registry {
 	t.Helper()
-	r, err := NewRegistry(dir)
+	r, err := NewRegistry(dir, Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,11 +39,7 @@ func TestBuiltins(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := r.Schema(SchemaRef{Name: tt.schema})
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := JSON(s, strings.NewReader(tt.data), 0)
+			res, err := r.ValidateJSON(t.Context(), SchemaRef{Name: tt.schema}, strings.NewReader(tt.data), false, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,15 +67,12 @@ func TestBuiltins(t *testing.T) {
 
 func TestJSONL(t *testing.T) {
 	r := registry(t, "")
-	s, err := r.Schema(SchemaRef{Inline: map[string]any{
+	ref := SchemaRef{Inline: map[string]any{
 		"type": "object", "required": []any{"id"},
 		"properties": map[string]any{"id": map[string]any{"type": "integer"}, "tag": map[string]any{"type": "string", "maxLength": 3.0}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	}}
 	data := "{\"id\": 1}\n\n{\"id\": \"two\"}\n{\"id\": 3, \"tag\": \"long\"}\n{not json}\n{\"id\": 5}\n"
-	res, err := JSONL(s, strings.NewReader(data), 0)
+	res, err := r.ValidateJSON(t.Context(), ref, strings.NewReader(data), true, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,8 +95,8 @@ func TestJSONL(t *testing.T) {
 
 func TestErrorCap(t *testing.T) {
 	r := registry(t, "")
-	s, _ := r.Schema(SchemaRef{Inline: map[string]any{"type": "array", "items": map[string]any{"type": "string"}}})
-	res, err := JSON(s, strings.NewReader(`[1,2,3,4,5,6,7,8,9,10]`), 4)
+	ref := SchemaRef{Inline: map[string]any{"type": "array", "items": map[string]any{"type": "string"}}}
+	res, err := r.ValidateJSON(t.Context(), ref, strings.NewReader(`[1,2,3,4,5,6,7,8,9,10]`), false, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,11 +120,10 @@ func TestSchemaRefs(t *testing.T) {
 		}
 	}
 	// A draft-07 schema from the directory, referencing a built-in by name.
-	s, err := r.Schema(SchemaRef{Name: "order"})
-	if err != nil {
+	if _, err := r.Schema(SchemaRef{Name: "order"}); err != nil {
 		t.Fatal(err)
 	}
-	res, _ := JSON(s, strings.NewReader(`{"qty": 0, "buyer": {"id": 1, "username": "ab", "email": "a@b.co"}}`), 0)
+	res, _ := r.ValidateJSON(t.Context(), SchemaRef{Name: "order"}, strings.NewReader(`{"qty": 0, "buyer": {"id": 1, "username": "ab", "email": "a@b.co"}}`), false, 0)
 	if res.Valid || res.ErrorCount != 2 {
 		t.Fatalf("want 2 errors (qty, buyer.username), got %+v", res.Errors)
 	}
@@ -144,11 +136,10 @@ func TestSchemaRefs(t *testing.T) {
 	os.WriteFile(filepath.Join(filepath.Dir(ws), "secret.json"), []byte(`{"type": "integer"}`), 0o644)
 
 	open := workspaceOpener(t, ws)
-	s, err = r.Schema(SchemaRef{Path: "ok.json", Open: open})
-	if err != nil {
+	if _, err := r.Schema(SchemaRef{Path: "ok.json", Open: open}); err != nil {
 		t.Fatalf("file ref inside the schema's directory: %v", err)
 	}
-	if res, _ := JSON(s, strings.NewReader(`"x"`), 0); res.Valid {
+	if res, _ := r.ValidateJSON(t.Context(), SchemaRef{Path: "ok.json", Open: open}, strings.NewReader(`"x"`), false, 0); res.Valid {
 		t.Error("file-referenced schema not applied")
 	}
 
@@ -182,10 +173,10 @@ func TestSchemaRefs(t *testing.T) {
 func TestBadRegistryDir(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "broken.json"), []byte(`{"type": 5}`), 0o644)
-	if _, err := NewRegistry(dir); !errors.Is(err, ErrBadSchema) {
+	if _, err := NewRegistry(dir, Limits{}); !errors.Is(err, ErrBadSchema) {
 		t.Fatalf("err = %v", err)
 	}
-	if _, err := NewRegistry(filepath.Join(dir, "missing")); err == nil {
+	if _, err := NewRegistry(filepath.Join(dir, "missing"), Limits{}); err == nil {
 		t.Fatal("missing directory accepted")
 	}
 }
