@@ -236,7 +236,8 @@ func TestQueryLeavesNoSideFiles(t *testing.T) {
 		return n
 	}
 	before := names()
-	e := newWorkspaceEngine(t, dir, Options{})
+	tmp := t.TempDir()
+	e := newWorkspaceEngine(t, dir, Options{TempDir: tmp})
 	res, err := e.Query(t.Context(), "wal.db", "SELECT x FROM t", nil, 0)
 	if err != nil || res.RowCount != 1 {
 		t.Fatalf("query: %v, %v", res, err)
@@ -246,6 +247,9 @@ func TestQueryLeavesNoSideFiles(t *testing.T) {
 	}
 	if after := names(); !slices.Equal(before, after) {
 		t.Errorf("workspace before %v, after %v", before, after)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		t.Errorf("private copies left behind: %v", left)
 	}
 }
 

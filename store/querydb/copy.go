@@ -14,9 +14,10 @@ const copyChunk = 8 << 20
 
 // openWorkspace opens the workspace database rel for one call: the opener
 // hands over a descriptor (no symlink followed, regular files only), its
-// content goes to a private file, and SQLite opens that file immutable. The
-// private file is unlinked as soon as the connection holds it, so nothing is
-// left behind however the call ends.
+// content goes to a file in a new 0700 directory of the call's own, and
+// SQLite opens that file immutable. Both are removed as soon as the
+// connection holds the file, so nothing is left behind however the call
+// ends.
 func (e *Engine) openWorkspace(ctx context.Context, rel string) (*sql.Conn, func(), error) {
 	f, err := e.open(rel)
 	if err != nil {
@@ -39,20 +40,26 @@ func (e *Engine) openWorkspace(ctx context.Context, rel string) (*sql.Conn, func
 		return nil, nil, ctx.Err()
 	}
 	done := func() { <-e.copies }
-	path, err := e.privateCopy(ctx, f, rel)
+	dir, err := os.MkdirTemp(e.opts.TempDir, "sandpit-querydb-")
+	if err != nil {
+		done()
+		return nil, nil, fmt.Errorf("directory for a private database copy: %w", noPath(err))
+	}
+	// SQLite holds its own descriptor once the connection is open: the
+	// names are not needed after that, and nothing is left behind.
+	defer os.RemoveAll(dir)
+	path, err := privateCopy(ctx, f, rel, dir, e.opts.MaxDBBytes)
 	if err != nil {
 		done()
 		return nil, nil, err
 	}
 	db, err := openDB(path, true)
 	if err != nil {
-		os.Remove(path)
 		done()
 		return nil, nil, err
 	}
 	db.SetMaxOpenConns(1)
 	conn, err := db.Conn(ctx)
-	os.Remove(path) // SQLite holds its descriptor now; the name is not needed
 	if err != nil {
 		db.Close()
 		done()
@@ -61,14 +68,10 @@ func (e *Engine) openWorkspace(ctx context.Context, rel string) (*sql.Conn, func
 	return conn, func() { conn.Close(); db.Close(); done() }, nil
 }
 
-// privateCopy copies f into a new file of the engine's private directory and
-// returns its path. It stops at the deadline and at MaxDBBytes (the file may
-// grow while it is copied).
-func (e *Engine) privateCopy(ctx context.Context, f *os.File, rel string) (string, error) {
-	dir, err := e.privateDir()
-	if err != nil {
-		return "", err
-	}
+// privateCopy copies f into a new file in dir (the call's own 0700
+// directory) and returns its path. It stops at the deadline and at max
+// bytes (the file may grow while it is copied).
+func privateCopy(ctx context.Context, f *os.File, rel, dir string, max int64) (string, error) {
 	out, err := os.CreateTemp(dir, "db-*.sqlite")
 	if err != nil {
 		return "", fmt.Errorf("private copy of %q: %w", rel, noPath(err))
@@ -86,8 +89,8 @@ func (e *Engine) privateCopy(ctx context.Context, f *os.File, rel string) (strin
 		// io.CopyN uses copy_file_range where the filesystem allows it.
 		m, err := io.CopyN(out, f, copyChunk)
 		n += m
-		if n > e.opts.MaxDBBytes {
-			return fail(fmt.Errorf("%w: %q grew past %d bytes while it was read", ErrTooLarge, rel, e.opts.MaxDBBytes))
+		if n > max {
+			return fail(fmt.Errorf("%w: %q grew past %d bytes while it was read", ErrTooLarge, rel, max))
 		}
 		if errors.Is(err, io.EOF) {
 			break
@@ -101,20 +104,6 @@ func (e *Engine) privateCopy(ctx context.Context, f *os.File, rel string) (strin
 		return "", fmt.Errorf("private copy of %q: %w", rel, noPath(err))
 	}
 	return out.Name(), nil
-}
-
-// privateDir makes (once) the engine's own 0700 directory for copies.
-func (e *Engine) privateDir() (string, error) {
-	e.tmpMu.Lock()
-	defer e.tmpMu.Unlock()
-	if e.tmpDir == "" {
-		d, err := os.MkdirTemp(e.opts.TempDir, "sandpit-querydb-")
-		if err != nil {
-			return "", fmt.Errorf("directory for private database copies: %w", noPath(err))
-		}
-		e.tmpDir = d
-	}
-	return e.tmpDir, nil
 }
 
 // noPath drops the host path from an OS error: what reaches the model names

@@ -108,8 +108,9 @@ type Options struct {
 	// MaxDBBytes is the largest workspace database accepted: each call
 	// copies it to a private file first. Default 256 MiB.
 	MaxDBBytes int64
-	// TempDir holds the private copies (in a 0700 directory of their own,
-	// each file unlinked as soon as SQLite has it open); default os.TempDir().
+	// TempDir holds the private copies (each in a 0700 directory of its
+	// own, both removed as soon as SQLite has the file open); default
+	// os.TempDir().
 	TempDir string
 	// MaxCopies is how many workspace databases may be copied at once
 	// (further calls wait); default 2.
@@ -190,9 +191,6 @@ type Engine struct {
 	db     *sql.DB  // nil when none
 	open   OpenFunc // nil: no workspace databases
 	copies chan struct{}
-
-	tmpMu  sync.Mutex
-	tmpDir string // private directory for copies, made on first use
 }
 
 // New opens the configured database at path ("" for none) read-only.
@@ -242,15 +240,8 @@ func (e *Engine) Path() string { return e.path }
 // Options returns the effective limits.
 func (e *Engine) Options() Options { return e.opts }
 
-// Close closes the configured database and removes the private directory
-// for copies.
+// Close closes the configured database.
 func (e *Engine) Close() error {
-	e.tmpMu.Lock()
-	if e.tmpDir != "" {
-		os.RemoveAll(e.tmpDir)
-		e.tmpDir = ""
-	}
-	e.tmpMu.Unlock()
 	if e.db == nil {
 		return nil
 	}
