@@ -82,10 +82,10 @@ func TestJSONValidationBounded(t *testing.T) {
 		maxTime time.Duration
 	}{
 		// The review's M3 trigger, at the two sizes it measured.
-		{"2 MiB of failing items", items(map[string]any{"type": "string"}), strings.NewReader(ones(2 << 20)), false, Limits{}, ErrTooLarge, 2 * time.Second},
-		{"8 MiB of failing items", items(map[string]any{"type": "string"}), strings.NewReader(ones(8 << 20)), false, Limits{}, ErrTooLarge, 2 * time.Second},
+		{"2 MiB of failing items", items(map[string]any{"type": "string"}), strings.NewReader(ones(2 << 20)), false, Limits{}, ErrTooLarge, 5 * time.Second},
+		{"8 MiB of failing items", items(map[string]any{"type": "string"}), strings.NewReader(ones(8 << 20)), false, Limits{}, ErrTooLarge, 5 * time.Second},
 		// A 64 MiB file is not read past the size limit.
-		{"64 MiB document", items(map[string]any{"type": "string"}), io.MultiReader(strings.NewReader("["), strings.NewReader(strings.Repeat("1,", 32<<20))), false, Limits{}, ErrTooLarge, 2 * time.Second},
+		{"64 MiB document", items(map[string]any{"type": "string"}), io.MultiReader(strings.NewReader("["), strings.NewReader(strings.Repeat("1,", 32<<20))), false, Limits{}, ErrTooLarge, 5 * time.Second},
 		// Under the value limit, each item fails 20 ways: the heap limit
 		// stops it (1.8 million errors would need about 800 MiB).
 		{"many failures per value", items(map[string]any{"anyOf": strings20}), strings.NewReader(ones(180_000)), false, Limits{}, ErrTooLarge, 10 * time.Second},
@@ -95,7 +95,7 @@ func TestJSONValidationBounded(t *testing.T) {
 		{"exponential schema", SchemaRef{Inline: exponential(40)}, strings.NewReader(`"x"`), false, Limits{Timeout: time.Second}, sandpit.ErrResourceExhausted, 5 * time.Second},
 		// JSONL: each line is bounded on its own, and the call stops at
 		// the time limit with what it found so far.
-		{"JSONL lines past the value limit", items(map[string]any{"type": "string"}), strings.NewReader(ones(2<<20) + "\n" + ones(2<<20) + "\n[\"ok\"]\n"), true, Limits{}, nil, 3 * time.Second},
+		{"JSONL lines past the value limit", items(map[string]any{"type": "string"}), strings.NewReader(ones(2<<20) + "\n" + ones(2<<20) + "\n[\"ok\"]\n"), true, Limits{}, nil, 6 * time.Second},
 		{"JSONL at the time limit", SchemaRef{Inline: exponential(40)}, strings.NewReader("\"x\"\n\"y\"\n"), true, Limits{Timeout: time.Second}, nil, 5 * time.Second},
 	}
 	for _, tt := range tests {
