@@ -1,9 +1,9 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -25,10 +25,13 @@ type QueryDB interface {
 	Query(ctx context.Context, database, sql string, params any, maxRows int) (*querydb.Result, error)
 }
 
-// Validator checks JSON against schemas. *validate.Registry implements it.
+// Validator checks JSON against schemas and CSV against constraints, each
+// call within its limits. *validate.Registry implements it.
 type Validator interface {
 	List() []validate.NamedSchema
-	ValidateJSON(ref validate.SchemaRef, data io.Reader, jsonl bool, maxErrors int) (*validate.JSONResult, error)
+	Limits() validate.Limits
+	ValidateJSON(ctx context.Context, ref validate.SchemaRef, data io.Reader, jsonl bool, maxErrors int) (*validate.JSONResult, error)
+	ValidateCSV(ctx context.Context, data io.Reader, opts validate.CSVOptions) (*validate.CSVResult, error)
 }
 
 // addDataTools registers the SQL and validation tools whose dependency is
@@ -51,27 +54,23 @@ func addDataTools(s *server.MCPServer, cfg Config) {
 	}
 }
 
-// openWorkspaceFile resolves a workspace path and opens it for reading.
+// Opener opens workspace files for the data tools' path arguments.
+// *workspace.Workspace implements it.
+type Opener interface {
+	// OpenFile opens the regular file at the workspace path rel for
+	// reading. It must not follow a path by name after checking it (a
+	// running program may swap a symlink in), must not block on a FIFO,
+	// and must refuse anything but a regular file, checked on the
+	// descriptor. Its errors name rel, never a host path.
+	OpenFile(rel string) (*os.File, error)
+}
+
+// openWorkspaceFile opens a workspace file for reading through cfg.Opener.
 func (cfg Config) openWorkspaceFile(path string) (*os.File, error) {
-	if cfg.WorkspacePath == nil {
+	if cfg.Opener == nil {
 		return nil, argErrorf("path needs a workspace, and this server has none: pass the content inline")
 	}
-	host, err := cfg.WorkspacePath(path)
-	if err != nil {
-		return nil, err
-	}
-	f, err := os.Open(host)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, argErrorf("%s does not exist in the workspace (hint: list_files shows what is there)", path)
-	}
-	if err != nil {
-		return nil, argErrorf("cannot open %s: %v", path, err)
-	}
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, argErrorf("%s is not a regular file", path)
-	}
-	return f, nil
+	return cfg.Opener.OpenFile(path)
 }
 
 // DescribeSchemaArgs are describe_schema's arguments.
@@ -98,7 +97,7 @@ func describeSchemaTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 
 func formatSchema(s *querydb.Schema) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "database %s: %d tables and views\n", filepath.Base(s.Database), len(s.Tables))
+	fmt.Fprintf(&b, "database %s: %d tables and views\n", filepath.Base(s.Database), len(s.Tables)+s.MoreTables)
 	for _, t := range s.Tables {
 		count := t.RowCountNote
 		if t.RowCount != nil {
@@ -125,12 +124,21 @@ func formatSchema(s *querydb.Schema) string {
 			}
 			fmt.Fprintf(&b, "  %sindex %s (%s)\n", u, ix.Name, strings.Join(ix.Columns, ", "))
 		}
+		if t.MoreColumns > 0 {
+			fmt.Fprintf(&b, "  ... and %d more columns (PRAGMA table_xinfo lists them)\n", t.MoreColumns)
+		}
 		for _, fk := range t.ForeignKeys {
 			fmt.Fprintf(&b, "  foreign key (%s) references %s (%s)\n", strings.Join(fk.Columns, ", "), fk.Table, strings.Join(fk.To, ", "))
 		}
 		if t.Error != "" {
 			fmt.Fprintf(&b, "  (incomplete: %s)\n", t.Error)
 		}
+	}
+	if s.MoreTables > 0 {
+		fmt.Fprintf(&b, "\n... and %d more tables and views not described (query sqlite_schema for their names)\n", s.MoreTables)
+	}
+	if s.Note != "" {
+		fmt.Fprintf(&b, "incomplete: %s\n", s.Note)
 	}
 	return b.String()
 }
@@ -230,7 +238,7 @@ func validateJSONTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
 	return tool, handle(cfg, tool, func(ctx context.Context, a ValidateJSONArgs) (any, string, error) {
-		res, err := cfg.validateJSON(a)
+		res, err := cfg.validateJSON(ctx, a)
 		if err != nil {
 			return nil, "", err
 		}
@@ -238,7 +246,7 @@ func validateJSONTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	})
 }
 
-func (cfg Config) validateJSON(a ValidateJSONArgs) (*validate.JSONResult, error) {
+func (cfg Config) validateJSON(ctx context.Context, a ValidateJSONArgs) (*validate.JSONResult, error) {
 	var ref validate.SchemaRef
 	schema := a.Schema
 	if schema == nil {
@@ -262,14 +270,10 @@ func (cfg Config) validateJSON(a ValidateJSONArgs) (*validate.JSONResult, error)
 		if schema != nil {
 			return nil, argErrorf("give schema or schema_path, not both")
 		}
-		if cfg.WorkspacePath == nil {
+		if cfg.Opener == nil {
 			return nil, argErrorf("schema_path needs a workspace, and this server has none: pass the schema inline")
 		}
-		host, err := cfg.WorkspacePath(a.SchemaPath)
-		if err != nil {
-			return nil, err
-		}
-		ref.Path = host
+		ref.Path, ref.Open = a.SchemaPath, cfg.Opener.OpenFile
 	}
 	format := strings.ToLower(a.Format)
 	switch {
@@ -296,7 +300,11 @@ func (cfg Config) validateJSON(a ValidateJSONArgs) (*validate.JSONResult, error)
 	case a.Data == nil:
 		return nil, argErrorf("data is required: the JSON to validate (or path, a workspace file)")
 	default:
+		max := cfg.Validator.Limits().MaxDocumentBytes
 		if s, ok := a.Data.(string); ok {
+			if format == "json" && len(s) > max {
+				return nil, fmt.Errorf("%w: data is %d bytes; a document may be at most %d (hint: write it to the workspace as JSONL and pass path)", validate.ErrTooLarge, len(s), max)
+			}
 			data = strings.NewReader(s)
 		} else {
 			if format == "jsonl" {
@@ -306,10 +314,13 @@ func (cfg Config) validateJSON(a ValidateJSONArgs) (*validate.JSONResult, error)
 			if err != nil {
 				return nil, argErrorf("data: %v", err)
 			}
-			data = strings.NewReader(string(b))
+			if len(b) > max {
+				return nil, fmt.Errorf("%w: data is %d bytes as JSON; a document may be at most %d", validate.ErrTooLarge, len(b), max)
+			}
+			data = bytes.NewReader(b)
 		}
 	}
-	return cfg.Validator.ValidateJSON(ref, data, format == "jsonl", a.MaxErrors)
+	return cfg.Validator.ValidateJSON(ctx, ref, data, format == "jsonl", a.MaxErrors)
 }
 
 func formatJSONResult(r *validate.JSONResult) string {
@@ -327,6 +338,9 @@ func formatJSONResult(r *validate.JSONResult) string {
 	}
 	if r.Truncated {
 		fmt.Fprintf(&b, "... %d more error(s) not listed\n", r.ErrorCount-len(r.Errors))
+	}
+	if r.Stopped != "" {
+		fmt.Fprintf(&b, "incomplete: %s\n", r.Stopped)
 	}
 	return b.String()
 }
@@ -356,7 +370,7 @@ func validateCSVTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
 	return tool, handle(cfg, tool, func(ctx context.Context, a ValidateCSVArgs) (any, string, error) {
-		res, err := cfg.validateCSV(a)
+		res, err := cfg.validateCSV(ctx, a)
 		if err != nil {
 			return nil, "", err
 		}
@@ -364,7 +378,7 @@ func validateCSVTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	})
 }
 
-func (cfg Config) validateCSV(a ValidateCSVArgs) (*validate.CSVResult, error) {
+func (cfg Config) validateCSV(ctx context.Context, a ValidateCSVArgs) (*validate.CSVResult, error) {
 	opts := validate.CSVOptions{
 		RequiredHeaders:  a.RequiredHeaders,
 		NoHeader:         a.HasHeader != nil && !*a.HasHeader,
@@ -414,7 +428,7 @@ func (cfg Config) validateCSV(a ValidateCSVArgs) (*validate.CSVResult, error) {
 	default:
 		data = strings.NewReader(a.CSVContent)
 	}
-	return validate.CSV(data, opts)
+	return cfg.Validator.ValidateCSV(ctx, data, opts)
 }
 
 func formatCSVResult(r *validate.CSVResult) string {
@@ -424,7 +438,11 @@ func formatCSVResult(r *validate.CSVResult) string {
 		state = fmt.Sprintf("invalid (%d errors)", r.ErrorCount)
 	}
 	fmt.Fprintf(&b, "%s: %d data rows, %d columns\n", state, r.Rows, len(r.Headers))
-	for _, c := range r.Columns {
+	for i, c := range r.Columns {
+		if i == maxColumnsShown {
+			fmt.Fprintf(&b, "  ... and %d more columns (in the structured result)\n", len(r.Columns)-i)
+			break
+		}
 		approx := ""
 		if !c.DistinctExact {
 			approx = "~"
@@ -452,8 +470,14 @@ func formatCSVResult(r *validate.CSVResult) string {
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "note: %s\n", n)
 	}
+	if r.Stopped != "" {
+		fmt.Fprintf(&b, "incomplete: %s\n", r.Stopped)
+	}
 	return b.String()
 }
+
+// maxColumnsShown bounds the column summaries in validate_csv_data's text.
+const maxColumnsShown = 100
 
 func diagnosePrompt() (mcpgo.Prompt, server.PromptHandlerFunc) {
 	p := mcpgo.NewPrompt("diagnose_validation_error",

@@ -16,9 +16,9 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	_ "github.com/mattn/go-sqlite3" // the writable driver, to build the fixture
 
-	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/store/querydb"
 	"github.com/sandpit-dev/sandpit/store/validate"
+	"github.com/sandpit-dev/sandpit/store/workspace"
 )
 
 type dataFixture struct {
@@ -48,22 +48,20 @@ func newDataClient(t *testing.T) dataFixture {
 		}
 	}
 	db.Close()
-	resolve := func(rel string) (string, error) {
-		if filepath.IsAbs(rel) || strings.Contains(rel, "..") {
-			return "", sandpit.Newf(sandpit.ErrInvalidArgument, "outside the workspace")
-		}
-		return filepath.Join(ws, rel), nil
+	files, err := workspace.Open(ws, workspace.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
 	}
-	qdb, err := querydb.New(dbPath, resolve, querydb.Options{Timeout: 300 * time.Millisecond})
+	qdb, err := querydb.New(dbPath, files.OpenFile, querydb.Options{Timeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { qdb.Close() })
-	reg, err := validate.NewRegistry("")
+	reg, err := validate.NewRegistry("", validate.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(Config{QueryDB: qdb, Validator: reg, WorkspacePath: resolve, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv := NewServer(Config{QueryDB: qdb, Validator: reg, Opener: files, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	c, err := client.NewInProcessClient(srv)
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +153,7 @@ func TestQueryDBTool(t *testing.T) {
 		{"syntax", map[string]any{"sql": "SELECT FROM"}, "SQL error", 0},
 		{"missing param", map[string]any{"sql": "SELECT ?"}, "placeholder", 0},
 		{"empty sql", map[string]any{"sql": " "}, "sql: must not be empty", 0},
-		{"workspace db missing", map[string]any{"sql": "SELECT 1", "database": "nope.db"}, "does not exist", 0},
+		{"workspace db missing", map[string]any{"sql": "SELECT 1", "database": "nope.db"}, "no such file", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -55,9 +55,9 @@ type Config struct {
 	// Validator, when set, serves validate_json_data, validate_csv_data,
 	// sandbox://schemas and the diagnose_validation_error prompt.
 	Validator Validator
-	// WorkspacePath, when set, resolves a workspace path to a host path that
-	// stays inside the workspace, for the data tools' path arguments.
-	WorkspacePath func(rel string) (string, error)
+	// Opener, when set, opens workspace files for the data tools' path
+	// arguments (and workspace databases for query_db).
+	Opener Opener
 
 	metrics *metrics // set by NewServer
 }

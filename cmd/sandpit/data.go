@@ -16,20 +16,30 @@ func dataFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "db", Usage: "SQLite `FILE` served read-only by describe_schema and query_db", EnvVars: []string{"SANDPIT_DB"}},
 		&cli.StringFlag{Name: "schemas", Usage: "`DIR` of *.json JSON Schemas registered by file name for validate_json_data (beside the built-ins config, user, dataset)", EnvVars: []string{"SANDPIT_SCHEMAS"}},
-		&cli.DurationFlag{Name: "query-timeout", Value: 5 * time.Second, Usage: "time limit for one query_db query"},
+		&cli.DurationFlag{Name: "query-timeout", Value: 5 * time.Second, Usage: "time limit for one query_db query (and one describe_schema call), opening and preparing included"},
+		&cli.StringFlag{Name: "query-memory", Value: "64MiB", Usage: "SQLite's hard heap limit: the most memory all SQLite connections of the server may hold at once (a query past it fails)"},
+		&cli.DurationFlag{Name: "validate-timeout", Value: validate.DefaultLimits.Timeout, Usage: "time limit for one validate_json_data or validate_csv_data call"},
 	}
 }
 
 // dataConfig opens what the data flags name and fills cfg. Call it after
-// cfg.WorkspacePath is set, so that query_db can open workspace databases.
+// cfg.Opener is set, so that query_db can open workspace databases.
 // Without --db the SQL tools are still served and answer that no database
 // is configured, with a hint.
 func dataConfig(c *cli.Context, cfg *mcp.Config) error {
-	qdb, err := querydb.New(c.String("db"), cfg.WorkspacePath, querydb.Options{Timeout: c.Duration("query-timeout")})
+	var open querydb.OpenFunc
+	if cfg.Opener != nil {
+		open = cfg.Opener.OpenFile
+	}
+	mem, err := parseSize(c.String("query-memory"))
+	if err != nil {
+		return fmt.Errorf("--query-memory: %w", err)
+	}
+	qdb, err := querydb.New(c.String("db"), open, querydb.Options{Timeout: c.Duration("query-timeout"), MaxMemoryBytes: mem})
 	if err != nil {
 		return fmt.Errorf("--db: %w", err)
 	}
-	reg, err := validate.NewRegistry(c.String("schemas"))
+	reg, err := validate.NewRegistry(c.String("schemas"), validate.Limits{Timeout: c.Duration("validate-timeout")})
 	if err != nil {
 		qdb.Close()
 		return fmt.Errorf("--schemas: %w", err)

@@ -73,7 +73,7 @@ func workspaceConfig(c *cli.Context, cfg *mcp.Config, owner workspace.Owner, vie
 	}
 	slog.Info("workspace ready", "dir", ws.Dir(), "quota_bytes", quota, "per_run_overlay", ws.Isolated(), "snapshots", c.String("snapshot-dir"))
 	cfg.Workspace, cfg.Files, cfg.Snapshots = ws, ws, snaps.For(ws)
-	cfg.WorkspacePath = ws.Resolve // for the data tools' workspace paths
+	cfg.Opener = ws // the data tools open workspace files by descriptor
 	return func() { snaps.Close() }, nil
 }
 

@@ -3,7 +3,6 @@ package querydb
 import (
 	"context"
 	"database/sql/driver"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -38,6 +37,9 @@ var readKeywords = map[string]bool{"SELECT": true, "WITH": true, "VALUES": true,
 // is capped at Options.MaxRows.
 func (e *Engine) Query(ctx context.Context, database, query string, params any, maxRows int) (*Result, error) {
 	start := time.Now()
+	if len(query) > e.opts.MaxSQLBytes {
+		return nil, fmt.Errorf("%w: the SQL is %d bytes; at most %d are accepted (hint: pass long lists through params, or filter with a subquery)", ErrTooLarge, len(query), e.opts.MaxSQLBytes)
+	}
 	stmt, keyword, err := splitStatement(query)
 	if err != nil {
 		return nil, err
@@ -60,19 +62,15 @@ func (e *Engine) Query(ctx context.Context, database, query string, params any, 
 	case maxRows > e.opts.MaxRows:
 		maxRows = e.opts.MaxRows
 	}
-	db, release, err := e.handle(database)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-
+	// One deadline for the whole call: copying a workspace database,
+	// preparing the statement and reading its rows.
 	qctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
 	defer cancel()
-	conn, err := db.Conn(qctx)
+	conn, release, err := e.handle(qctx, database)
 	if err != nil {
-		return nil, e.timeoutOr(ctx, qctx, classify(err, nil))
+		return nil, e.timeoutOr(ctx, qctx, err)
 	}
-	defer conn.Close()
+	defer release()
 	var res *Result
 	err = conn.Raw(func(dc any) error {
 		var err error
@@ -92,21 +90,32 @@ func (e *Engine) timeoutOr(parent, qctx context.Context, err error) error {
 	if parent.Err() != nil {
 		return parent.Err()
 	}
-	if errors.Is(qctx.Err(), context.DeadlineExceeded) {
-		return fmt.Errorf("%w: the query ran longer than %s and was interrupted (hint: add a LIMIT, filter with WHERE on indexed columns, avoid cartesian joins and unbounded recursive CTEs)", ErrTimeout, e.opts.Timeout)
+	if errors.Is(qctx.Err(), context.DeadlineExceeded) && !errors.Is(err, ErrTooLarge) {
+		return fmt.Errorf("%w: the query ran longer than %s and was interrupted (hint: add a LIMIT, filter with WHERE on indexed columns, avoid cartesian joins, unbounded recursive CTEs and deeply nested views)", ErrTimeout, e.opts.Timeout)
 	}
 	return err
 }
 
 // run prepares exactly one statement on a hardened connection, checks that
-// it cannot write, and reads at most maxRows rows and MaxBytes bytes.
+// it cannot write, and reads at most maxRows rows and MaxBytes bytes. ctx
+// bounds all of it, prepare included.
 func (e *Engine) run(ctx context.Context, c *sqlite3.SQLiteConn, stmt string, args []driver.NamedValue, maxRows int) (*Result, error) {
+	return e.runBudget(ctx, c, stmt, args, maxRows, e.opts.MaxBytes)
+}
+
+func (e *Engine) runBudget(ctx context.Context, c *sqlite3.SQLiteConn, stmt string, args []driver.NamedValue, maxRows, maxBytes int) (*Result, error) {
 	auth := newAuthorizer()
 	c.RegisterAuthorizer(auth.check)
 	c.SetLimit(sqlite3.SQLITE_LIMIT_LENGTH, e.opts.MaxValueBytes)
+	c.SetLimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, e.opts.MaxSQLBytes)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	stop := watch(ctx, c)
+	defer stop()
 	ds, err := c.Prepare(stmt)
 	if err != nil {
-		return nil, classify(err, auth)
+		return nil, e.classify(err, auth)
 	}
 	defer ds.Close()
 	st := ds.(*sqlite3.SQLiteStmt)
@@ -121,12 +130,12 @@ func (e *Engine) run(ctx context.Context, c *sqlite3.SQLiteConn, stmt string, ar
 	}
 	rows, err := st.QueryContext(ctx, args)
 	if err != nil {
-		return nil, classify(err, auth)
+		return nil, e.classify(err, auth)
 	}
 	defer rows.Close()
 
 	res := &Result{Columns: rows.Columns(), Rows: [][]any{}, MaxRows: maxRows}
-	size := 0
+	size := 2
 	for _, c := range res.Columns {
 		size += len(c) + 3
 	}
@@ -137,22 +146,32 @@ func (e *Engine) run(ctx context.Context, c *sqlite3.SQLiteConn, stmt string, ar
 			break
 		}
 		if err != nil {
-			return nil, classify(err, auth)
+			return nil, e.classify(err, auth)
 		}
 		if len(res.Rows) == maxRows {
 			res.Truncated, res.TruncatedBy = true, "max_rows"
 			break
 		}
-		row := make([]any, len(dest))
-		rowSize := 2
-		for i, v := range dest {
-			row[i], rowSize = jsonValue(v), rowSize+valueSize(v)
+		// Size the row from the values' lengths before encoding any of
+		// them: a blob's hex text is twice its size, and nothing past the
+		// budget is ever encoded.
+		rowSize, fits := 2+len(dest), true
+		for _, v := range dest {
+			rowSize += valueSize(v)
+			if size+rowSize > maxBytes {
+				fits = false
+				break
+			}
 		}
-		if size+rowSize > e.opts.MaxBytes {
+		if !fits {
 			res.Truncated, res.TruncatedBy = true, "max_bytes"
 			break
 		}
 		size += rowSize
+		row := make([]any, len(dest))
+		for i, v := range dest {
+			row[i] = jsonValue(v)
+		}
 		res.Rows = append(res.Rows, row)
 	}
 	res.RowCount = len(res.Rows)
@@ -160,11 +179,17 @@ func (e *Engine) run(ctx context.Context, c *sqlite3.SQLiteConn, stmt string, ar
 }
 
 // jsonValue makes a SQLite value JSON-friendly: blobs become SQL hex
-// literals (X'0a1b'), times their RFC 3339 text.
+// literals (X'0A1B'), times their RFC 3339 text.
 func jsonValue(v driver.Value) any {
 	switch v := v.(type) {
 	case []byte:
-		return "X'" + strings.ToUpper(hex.EncodeToString(v)) + "'"
+		const digits = "0123456789ABCDEF"
+		b := make([]byte, 0, 2*len(v)+3)
+		b = append(b, 'X', '\'')
+		for _, c := range v {
+			b = append(b, digits[c>>4], digits[c&15])
+		}
+		return string(append(b, '\''))
 	case time.Time:
 		return v.Format(time.RFC3339Nano)
 	case float64:
@@ -181,7 +206,7 @@ func valueSize(v driver.Value) int {
 	case string:
 		return len(v) + 3
 	case []byte:
-		return 2*len(v) + 4
+		return 2*len(v) + 5
 	case nil:
 		return 5
 	}
@@ -266,6 +291,16 @@ func statementVariables(stmt string) map[string]bool {
 		i += n
 	}
 	return vars
+}
+
+// classify maps a SQLite error to this package's classes, saying what the
+// memory limit is when SQLite ran out of it.
+func (e *Engine) classify(err error, auth *authorizer) error {
+	var se sqlite3.Error
+	if errors.As(err, &se) && se.Code == sqlite3.ErrNomem {
+		return fmt.Errorf("%w: the query needed more memory than the %d MiB SQLite may use in this server (hint: add a LIMIT, select fewer or narrower columns, sort and group on indexed columns, avoid deeply nested views)", ErrTooLarge, e.opts.MaxMemoryBytes>>20)
+	}
+	return classify(err, auth)
 }
 
 // classify maps a SQLite error to this package's classes. auth, when set,

@@ -24,20 +24,37 @@
 // Transactions are denied rather than allowed: a BEGIN left open on a pooled
 // connection would hold a read lock and block the database's real writers.
 //
-// The database is not opened with immutable=1. Immutable skips locking and
-// change detection, which is only correct for files nobody changes: the
-// configured database may be updated by its owner while sandpit serves it,
-// and a workspace database may be written by a sandboxed program. mode=ro
-// with ordinary shared locks reads a consistent snapshot in both cases.
+// The configured database (--db) is opened by path with mode=ro and
+// ordinary shared locks: its owner may update it while sandpit serves it,
+// and a locked read sees a consistent snapshot. A workspace database is
+// never opened by name: a running program (in the bind fallback) could swap
+// a symlink into its path between any check and SQLite's own open, which
+// resolves every symlink itself (even /proc/self/fd/N is turned back into
+// the file's path). The caller's opener hands over a descriptor opened
+// without following links; its content is copied into a private file
+// outside the workspace, and SQLite opens that copy with immutable=1. So
+// SQLite takes no locks on workspace files, never creates a -wal, -shm or
+// -journal beside them, and reads a snapshot no program can change midway
+// (a -wal the program left behind is not read: a database a program closed
+// cleanly has none).
 //
-// Queries are bounded: a time limit (the connection is interrupted with
-// sqlite3_interrupt through context cancellation), a row cap, a cap on
-// result bytes, and SQLITE_LIMIT_LENGTH on any single value.
+// Queries are bounded: a time limit that covers preparing a statement as
+// well as stepping it (a watchdog calls sqlite3_interrupt from the deadline
+// on), a row cap, a cap on result bytes checked before a value is encoded,
+// SQLITE_LIMIT_LENGTH on any single value, and SQLite's hard heap limit on
+// all the memory SQLite may use. The heap limit is what stops nested views
+// that expand to an exponential parse tree at prepare time (SQLite does not
+// check for interrupts while it expands them), and it bounds a row before
+// it is copied into Go. Temporary
+// b-trees and sorters live in that bounded memory (temp_store=MEMORY), never
+// in files under /var/tmp. DescribeSchema has one deadline for the whole
+// call and a budget of objects and bytes; what does not fit is counted, not
+// listed.
 package querydb
 
 import (
+	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -64,8 +81,9 @@ var (
 	ErrEmpty = sandpit.Define(sandpit.ErrInvalidArgument, "empty SQL")
 	// ErrTimeout: the query ran past its time limit and was interrupted.
 	ErrTimeout = sandpit.Define(sandpit.ErrResourceExhausted, "query timed out")
-	// ErrTooLarge: a single value exceeded the value size limit.
-	ErrTooLarge = sandpit.Define(sandpit.ErrResourceExhausted, "value too large")
+	// ErrTooLarge: a value, the SQL text, a workspace database or the
+	// memory a query needs exceeded its limit.
+	ErrTooLarge = sandpit.Define(sandpit.ErrResourceExhausted, "too large")
 	// ErrSQL: SQLite rejected the statement (syntax, unknown table, ...).
 	ErrSQL = sandpit.Define(sandpit.ErrInvalidArgument, "SQL error")
 	// ErrParams: the parameters cannot be bound.
@@ -76,13 +94,37 @@ var (
 
 // Options bound every query. Zero fields take the defaults.
 type Options struct {
-	Timeout       time.Duration // per query; default 5s
+	Timeout       time.Duration // per query, from opening the database to the last row; default 5s
 	DefaultRows   int           // rows returned when the caller gives no max; default 100
 	MaxRows       int           // ceiling on a caller's max_rows; default 10000
-	MaxBytes      int           // result size cap, approximate bytes; default 4 MiB
-	MaxValueBytes int           // SQLITE_LIMIT_LENGTH: largest string or blob; default 16 MiB
-	CountTimeout  time.Duration // per-table row count in DescribeSchema; default 250ms
-	CountBudget   time.Duration // all row counts in one DescribeSchema; default 2s
+	MaxBytes      int           // result size cap, approximate JSON bytes; default 256 KiB
+	MaxValueBytes int           // SQLITE_LIMIT_LENGTH: largest string or blob, also mid-query; default 4 MiB
+	MaxSQLBytes   int           // longest SQL text accepted; default 256 KiB
+	// MaxMemoryBytes is SQLite's hard heap limit. SQLite has one heap per
+	// process, so this bounds all SQLite connections in the server together
+	// (queries, history, snapshots); a query that needs more fails with
+	// ErrTooLarge. Default 64 MiB.
+	MaxMemoryBytes int64
+	// MaxDBBytes is the largest workspace database accepted: each call
+	// copies it to a private file first. Default 256 MiB.
+	MaxDBBytes int64
+	// TempDir holds the private copies (each in a 0700 directory of its
+	// own, both removed as soon as SQLite has the file open); default
+	// os.TempDir().
+	TempDir string
+	// MaxCopies is how many workspace databases may be copied at once
+	// (further calls wait); default 2.
+	MaxCopies    int
+	CountTimeout time.Duration // per-table row count in DescribeSchema; default 250ms
+	CountBudget  time.Duration // all row counts in one DescribeSchema; default 2s
+	// SchemaTimeout bounds one whole DescribeSchema call; default Timeout.
+	SchemaTimeout time.Duration
+	// SchemaMaxObjects is how many tables and views DescribeSchema
+	// describes; default 200. The rest are counted.
+	SchemaMaxObjects int
+	// SchemaMaxBytes is DescribeSchema's output budget, approximate JSON
+	// bytes; default 128 KiB. Columns and objects past it are counted.
+	SchemaMaxBytes int
 }
 
 func (o *Options) defaults() {
@@ -96,10 +138,25 @@ func (o *Options) defaults() {
 		o.DefaultRows = min(100, o.MaxRows)
 	}
 	if o.MaxBytes <= 0 {
-		o.MaxBytes = 4 << 20
+		o.MaxBytes = 256 << 10
 	}
 	if o.MaxValueBytes <= 0 {
-		o.MaxValueBytes = 16 << 20
+		o.MaxValueBytes = 4 << 20
+	}
+	if o.MaxSQLBytes <= 0 {
+		o.MaxSQLBytes = 256 << 10
+	}
+	if o.MaxMemoryBytes <= 0 {
+		o.MaxMemoryBytes = 64 << 20
+	}
+	if o.MaxDBBytes <= 0 {
+		o.MaxDBBytes = 256 << 20
+	}
+	if o.TempDir == "" {
+		o.TempDir = os.TempDir()
+	}
+	if o.MaxCopies <= 0 {
+		o.MaxCopies = 2
 	}
 	if o.CountTimeout <= 0 {
 		o.CountTimeout = 250 * time.Millisecond
@@ -107,26 +164,45 @@ func (o *Options) defaults() {
 	if o.CountBudget <= 0 {
 		o.CountBudget = 2 * time.Second
 	}
+	if o.SchemaTimeout <= 0 {
+		o.SchemaTimeout = o.Timeout
+	}
+	if o.SchemaMaxObjects <= 0 {
+		o.SchemaMaxObjects = 200
+	}
+	if o.SchemaMaxBytes <= 0 {
+		o.SchemaMaxBytes = 128 << 10
+	}
 }
 
 // WorkspaceExts are the file extensions a workspace database may have.
 var WorkspaceExts = []string{".db", ".sqlite", ".sqlite3"}
 
-// Engine answers queries against the configured database and, when a
-// resolver is set, against SQLite files in the workspace.
+// OpenFunc opens a workspace file for reading without following symlinks
+// and returns it only if it is a regular file. Its errors are the
+// workspace's own classes and name the path as the caller gave it.
+type OpenFunc func(rel string) (*os.File, error)
+
+// Engine answers queries against the configured database and, when an
+// opener is set, against SQLite files in the workspace.
 type Engine struct {
-	opts    Options
-	path    string  // configured database, "" when none
-	db      *sql.DB // nil when none
-	resolve func(rel string) (string, error)
+	opts   Options
+	path   string   // configured database, "" when none
+	db     *sql.DB  // nil when none
+	open   OpenFunc // nil: no workspace databases
+	copies chan struct{}
 }
 
 // New opens the configured database at path ("" for none) read-only.
-// resolve turns a workspace path into a host path that stays inside the
-// workspace; nil turns workspace databases off.
-func New(path string, resolve func(rel string) (string, error), opts Options) (*Engine, error) {
+// open opens workspace files (nil turns workspace databases off). New sets
+// SQLite's process-wide hard heap limit to opts.MaxMemoryBytes.
+func New(path string, open OpenFunc, opts Options) (*Engine, error) {
 	opts.defaults()
-	e := &Engine{opts: opts, resolve: resolve}
+	registerOnce.Do(func() {
+		sql.Register(driverName, &sqlite3.SQLiteDriver{ConnectHook: harden})
+	})
+	setHeapLimit(opts.MaxMemoryBytes)
+	e := &Engine{opts: opts, open: open, copies: make(chan struct{}, opts.MaxCopies)}
 	if path == "" {
 		return e, nil
 	}
@@ -134,10 +210,20 @@ func New(path string, resolve func(rel string) (string, error), opts Options) (*
 	if err != nil {
 		return nil, err
 	}
-	db, err := open(abs)
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDatabasePath, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is not a regular file", ErrDatabasePath, abs)
+	}
+	db, err := openDB(abs, false)
 	if err != nil {
 		return nil, err
 	}
+	db.SetMaxOpenConns(4)
+	db.SetMaxIdleConns(2)
+	db.SetConnMaxIdleTime(time.Minute)
 	// A cheap round trip proves the file is a database now, not at the
 	// first query.
 	if err := db.QueryRow("SELECT count(*) FROM sqlite_schema").Scan(new(int)); err != nil {
@@ -162,20 +248,25 @@ func (e *Engine) Close() error {
 	return e.db.Close()
 }
 
-// handle returns the database to use: the configured one for "", else a
-// workspace file opened for this call only (release closes it).
-func (e *Engine) handle(database string) (db *sql.DB, release func(), err error) {
+// handle returns a connection to use: from the configured database's pool
+// for "", else to a private copy of a workspace file, made for this call
+// only. release gives everything back.
+func (e *Engine) handle(ctx context.Context, database string) (conn *sql.Conn, release func(), err error) {
 	if database == "" {
 		if e.db == nil {
 			hint := "start sandpit with --db FILE"
-			if e.resolve != nil {
+			if e.open != nil {
 				hint += ", or name a .db/.sqlite file in the workspace with database"
 			}
 			return nil, nil, fmt.Errorf("%w (hint: %s)", ErrNoDatabase, hint)
 		}
-		return e.db, func() {}, nil
+		conn, err := e.db.Conn(ctx)
+		if err != nil {
+			return nil, nil, classify(err, nil)
+		}
+		return conn, func() { conn.Close() }, nil
 	}
-	if e.resolve == nil {
+	if e.open == nil {
 		return nil, nil, fmt.Errorf("%w: %q: workspace databases are not enabled on this server; leave database empty to use the configured one", ErrDatabasePath, database)
 	}
 	ext := strings.ToLower(filepath.Ext(database))
@@ -186,64 +277,48 @@ func (e *Engine) handle(database string) (db *sql.DB, release func(), err error)
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: %q: a workspace database must end in %s", ErrDatabasePath, database, strings.Join(WorkspaceExts, ", "))
 	}
-	host, err := e.resolve(database)
-	if err != nil {
-		return nil, nil, err // the workspace's own error class says why
-	}
-	fi, err := os.Stat(host)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return nil, nil, fmt.Errorf("%w: %q does not exist in the workspace", ErrDatabasePath, database)
-	case err != nil:
-		return nil, nil, fmt.Errorf("%w: %q: %v", ErrDatabasePath, database, err)
-	case !fi.Mode().IsRegular():
-		return nil, nil, fmt.Errorf("%w: %q is not a regular file", ErrDatabasePath, database)
-	}
-	db, err = open(host)
-	if err != nil {
-		return nil, nil, err
-	}
-	return db, func() { db.Close() }, nil
+	return e.openWorkspace(ctx, database)
 }
 
 const driverName = "sandpit-sqlite3-readonly"
 
 var registerOnce sync.Once
 
-// open opens path read-only through a driver whose every connection is
-// hardened before first use.
-func open(path string) (*sql.DB, error) {
-	registerOnce.Do(func() {
-		sql.Register(driverName, &sqlite3.SQLiteDriver{ConnectHook: harden})
-	})
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrDatabasePath, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s is not a regular file", ErrDatabasePath, path)
-	}
+// openDB opens path read-only through the hardened driver; immutable for
+// private copies nobody else can change.
+func openDB(path string, immutable bool) (*sql.DB, error) {
 	// EscapedPath keeps '/' and escapes '?', '#' and '%', which SQLite's URI
 	// parser would otherwise read as the query, fragment or an escape.
 	dsn := "file:" + (&url.URL{Path: path}).EscapedPath() + "?mode=ro"
+	if immutable {
+		dsn += "&immutable=1"
+	}
 	db, err := sql.Open(driverName, dsn)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, fmt.Errorf("%w: %v", ErrDatabasePath, err)
 	}
-	db.SetMaxOpenConns(4)
-	db.SetMaxIdleConns(2)
-	db.SetConnMaxIdleTime(time.Minute)
 	return db, nil
 }
 
 // harden runs once on every new connection, before any caller SQL.
 func harden(c *sqlite3.SQLiteConn) error {
-	for _, p := range []string{"PRAGMA query_only=1", "PRAGMA trusted_schema=0"} {
+	for _, p := range []string{
+		"PRAGMA query_only=1",
+		"PRAGMA trusted_schema=0",
+		// Sorters and temporary b-trees in (heap-limited) memory, never in
+		// files under /var/tmp.
+		"PRAGMA temp_store=MEMORY",
+		// A database file is untrusted input: check cell sizes on read and
+		// never map it into memory.
+		"PRAGMA cell_size_check=1",
+		"PRAGMA mmap_size=0",
+	} {
 		if _, err := c.Exec(p, nil); err != nil {
 			return fmt.Errorf("%s: %w", p, err)
 		}
 	}
 	c.SetLimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+	c.SetLimit(sqlite3.SQLITE_LIMIT_WORKER_THREADS, 0)
 	c.RegisterAuthorizer(newAuthorizer().check)
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
+
+	"github.com/sandpit-dev/sandpit/store/workspace"
 )
 
 // fixture writes a small shop database with the plain (writable) driver and
@@ -346,16 +349,11 @@ func TestWorkspaceDatabase(t *testing.T) {
 	path := fixture(t, ws)
 	os.WriteFile(filepath.Join(ws, "notes.txt"), []byte("x"), 0o644)
 	before := hashFile(t, path)
-	resolve := func(rel string) (string, error) {
-		if strings.Contains(rel, "..") {
-			return "", errors.New("outside the workspace")
-		}
-		return filepath.Join(ws, rel), nil
-	}
-	e, err := New("", resolve, Options{})
+	e, err := New("", workspaceOpener(t, ws), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { e.Close() })
 	res, err := e.Query(t.Context(), "shop.db", `SELECT count(*) FROM orders`, nil, 0)
 	if err != nil || res.Rows[0][0] != int64(3) {
 		t.Fatalf("%v, %v", res, err)
@@ -450,3 +448,13 @@ func TestDescribeSchemaCountTimeout(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// workspaceOpener opens files of the workspace at dir the way serve does.
+func workspaceOpener(t testing.TB, dir string) OpenFunc {
+	t.Helper()
+	ws, err := workspace.Open(dir, workspace.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ws.OpenFile
+}

@@ -2,7 +2,6 @@ package querydb
 
 import (
 	"context"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"strings"
@@ -15,6 +14,11 @@ import (
 type Schema struct {
 	Database string  `json:"database" jsonschema:"the configured database or the workspace path queried"`
 	Tables   []Table `json:"tables"`
+	// MoreTables counts the tables and views not described: past the
+	// object or byte budget, or after the time limit (Note says which).
+	MoreTables int    `json:"more_tables,omitempty" jsonschema:"tables and views that exist but are not described here; query sqlite_schema for their names"`
+	Truncated  bool   `json:"truncated,omitempty" jsonschema:"true when tables, columns or CREATE statements were left out"`
+	Note       string `json:"note,omitempty" jsonschema:"why the description is incomplete"`
 }
 
 // Table is one table or view.
@@ -28,9 +32,18 @@ type Table struct {
 	// that took too long (RowCountNote says which).
 	RowCount     *int64 `json:"row_count,omitempty"`
 	RowCountNote string `json:"row_count_note,omitempty"`
-	SQL          string `json:"sql,omitempty" jsonschema:"the CREATE statement"`
-	Error        string `json:"error,omitempty" jsonschema:"why part of this table could not be described"`
+	SQL          string `json:"sql,omitempty" jsonschema:"the CREATE statement (its start only, when long)"`
+	// MoreColumns counts the columns not listed, past the byte budget.
+	MoreColumns int    `json:"more_columns,omitempty" jsonschema:"columns not listed; PRAGMA table_xinfo lists them"`
+	Error       string `json:"error,omitempty" jsonschema:"why part of this table could not be described"`
 }
+
+// schemaSQLBytes is how much of each CREATE statement is shown;
+// schemaReadBytes, how much one statement of DescribeSchema may read.
+const (
+	schemaSQLBytes  = 2048
+	schemaReadBytes = 4 << 20
+)
 
 // Column is one column as declared.
 type Column struct {
@@ -64,12 +77,23 @@ type ForeignKey struct {
 
 // DescribeSchema lists the tables and views of database ("" for the
 // configured one) with their columns, indexes, foreign keys and row counts.
-// Counting is bounded by Options.CountTimeout per table and
-// Options.CountBudget in all; a count cut short is reported, not an error.
-// It runs through the same guarded path as Query.
+// The whole call has one deadline (Options.SchemaTimeout) and an output
+// budget (Options.SchemaMaxObjects, Options.SchemaMaxBytes); what is left
+// out is counted in MoreTables and MoreColumns. Counting is bounded by
+// Options.CountTimeout per table and Options.CountBudget in all; a count cut
+// short is reported, not an error. It runs through the same guarded path as
+// Query.
 func (e *Engine) DescribeSchema(ctx context.Context, database string) (*Schema, error) {
-	db, release, err := e.handle(database)
+	sctx, cancel := context.WithTimeout(ctx, e.opts.SchemaTimeout)
+	defer cancel()
+	conn, release, err := e.handle(sctx, database)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if errors.Is(sctx.Err(), context.DeadlineExceeded) {
+			return nil, fmt.Errorf("%w: opening the database took longer than %s", ErrTimeout, e.opts.SchemaTimeout)
+		}
 		return nil, err
 	}
 	defer release()
@@ -77,68 +101,116 @@ func (e *Engine) DescribeSchema(ctx context.Context, database string) (*Schema, 
 	if name == "" {
 		name = e.path
 	}
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return nil, classify(err, nil)
-	}
-	defer conn.Close()
 	out := &Schema{Database: name, Tables: []Table{}}
 	err = conn.Raw(func(dc any) error {
-		return e.describe(ctx, dc.(*sqlite3.SQLiteConn), out)
+		return e.describe(sctx, dc.(*sqlite3.SQLiteConn), out)
 	})
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
 	if err != nil {
-		return nil, err
+		return nil, e.timeoutOr(ctx, sctx, err)
 	}
 	return out, nil
 }
 
+// schemaBudget tracks DescribeSchema's output size.
+type schemaBudget struct{ left int }
+
+// take spends n bytes and reports whether they fit.
+func (b *schemaBudget) take(n int) bool {
+	if n > b.left {
+		b.left = 0
+		return false
+	}
+	b.left -= n
+	return true
+}
+
 func (e *Engine) describe(ctx context.Context, c *sqlite3.SQLiteConn, out *Schema) error {
-	q := func(ctx context.Context, stmt string, args ...any) (*Result, error) {
-		named := make([]driver.NamedValue, len(args))
-		for i, a := range args {
-			named[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
-		}
+	budget := &schemaBudget{left: e.opts.SchemaMaxBytes}
+	// Each statement reads at most what SQLite's limits let a schema hold
+	// (2000 columns a table); the output budget decides what is kept.
+	q := func(ctx context.Context, stmt string) (*Result, error) {
 		ctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
 		defer cancel()
-		return e.run(ctx, c, stmt, named, e.opts.MaxRows)
+		return e.runBudget(ctx, c, stmt, nil, e.opts.MaxRows, schemaReadBytes)
 	}
-	objs, err := q(ctx, `SELECT type, name, coalesce(sql, '') FROM sqlite_schema
-		WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY type, name`)
+	const filter = `FROM sqlite_schema WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite\_%' ESCAPE '\'`
+	total, err := q(ctx, "SELECT count(*) "+filter)
 	if err != nil {
 		return err
 	}
-	budget := time.Now().Add(e.opts.CountBudget)
+	objs, err := q(ctx, fmt.Sprintf(`SELECT type, name, substr(coalesce(sql, ''), 1, %d), length(sql) %s ORDER BY type, name LIMIT %d`,
+		schemaSQLBytes, filter, e.opts.SchemaMaxObjects))
+	if err != nil {
+		return err
+	}
+	out.MoreTables = int(num(total.Rows[0][0]))
+	stopped := func(why string) {
+		out.Truncated = true
+		if out.Note == "" {
+			out.Note = why
+		}
+	}
+	if objs.Truncated {
+		stopped(fmt.Sprintf("the names of the tables and views alone exceed the %d-byte budget", e.opts.SchemaMaxBytes))
+	}
+	countBudget := time.Now().Add(e.opts.CountBudget)
 	for _, o := range objs.Rows {
-		t := Table{Type: o[0].(string), Name: o[1].(string), SQL: o[2].(string), Columns: []Column{}}
+		if ctx.Err() != nil {
+			stopped(fmt.Sprintf("the time limit of %s for describe_schema was reached", e.opts.SchemaTimeout))
+			break
+		}
+		t := Table{Type: str(o[0]), Name: str(o[1]), SQL: str(o[2]), Columns: []Column{}}
+		if n := int(num(o[3])); n > len(t.SQL) {
+			t.SQL += fmt.Sprintf("… (%d more bytes)", n-len(t.SQL))
+		}
+		if !budget.take(len(t.Name) + len(t.SQL) + 80) {
+			stopped(fmt.Sprintf("the output budget of %d bytes was spent", e.opts.SchemaMaxBytes))
+			break
+		}
+		out.MoreTables--
 		if t.Type == "table" && strings.HasPrefix(strings.ToUpper(strings.TrimSpace(t.SQL)), "CREATE VIRTUAL") {
 			t.Type = "virtual"
 		}
 		quoted := `"` + strings.ReplaceAll(t.Name, `"`, `""`) + `"`
 		cols, err := q(ctx, "PRAGMA table_xinfo("+quoted+")")
 		if err != nil {
-			t.Error = err.Error()
+			t.Error = e.timeoutOr(ctx, ctx, err).Error()
 			out.Tables = append(out.Tables, t)
 			continue
 		}
 		// cid, name, type, notnull, dflt_value, pk, hidden
-		for _, r := range cols.Rows {
+		for i, r := range cols.Rows {
 			col := Column{Name: str(r[1]), Type: str(r[2]), NotNull: num(r[3]) != 0, PrimaryKey: int(num(r[5])), Hidden: num(r[6]) != 0}
+			size := len(col.Name) + len(col.Type) + 40
 			if r[4] != nil {
 				d := str(r[4])
 				col.Default = &d
+				size += len(d)
+			}
+			if !budget.take(size) {
+				t.MoreColumns = len(cols.Rows) - i
+				stopped(fmt.Sprintf("the output budget of %d bytes was spent", e.opts.SchemaMaxBytes))
+				break
 			}
 			t.Columns = append(t.Columns, col)
 		}
-		if t.Type == "table" {
-			if err := describeKeys(ctx, q, quoted, &t); err != nil {
+		if t.Type == "table" && budget.left > 0 {
+			if err := describeKeys(ctx, q, quoted, &t, budget); err != nil {
 				t.Error = err.Error()
 			}
 		}
-		if t.Type != "table" {
+		switch {
+		case t.Type != "table":
 			t.RowCountNote = "not counted: counting a " + t.Type + " runs its query"
-		} else if left := time.Until(budget); left <= 0 {
+		case budget.left == 0:
+			t.RowCountNote = "not counted: the output budget was spent"
+		case time.Until(countBudget) <= 0:
 			t.RowCountNote = "not counted: the time budget for counting rows was spent on earlier tables"
-		} else {
+		default:
+			left := time.Until(countBudget)
 			cctx, cancel := context.WithTimeout(ctx, min(left, e.opts.CountTimeout))
 			r, err := q(cctx, "SELECT count(*) FROM "+quoted)
 			cancel()
@@ -147,7 +219,7 @@ func (e *Engine) describe(ctx context.Context, c *sqlite3.SQLiteConn, out *Schem
 				n := num(r.Rows[0][0])
 				t.RowCount = &n
 			case ctx.Err() != nil:
-				return ctx.Err()
+				t.RowCountNote = "not counted: the time limit for describe_schema was reached"
 			case errors.Is(cctx.Err(), context.DeadlineExceeded):
 				t.RowCountNote = fmt.Sprintf("not counted: counting took longer than %s", min(left, e.opts.CountTimeout))
 			default:
@@ -155,11 +227,17 @@ func (e *Engine) describe(ctx context.Context, c *sqlite3.SQLiteConn, out *Schem
 			}
 		}
 		out.Tables = append(out.Tables, t)
+		if budget.left == 0 {
+			break
+		}
+	}
+	if out.MoreTables > 0 && out.Note == "" {
+		stopped(fmt.Sprintf("only the first %d tables and views are described", e.opts.SchemaMaxObjects))
 	}
 	return nil
 }
 
-func describeKeys(ctx context.Context, q func(context.Context, string, ...any) (*Result, error), quoted string, t *Table) error {
+func describeKeys(ctx context.Context, q func(context.Context, string) (*Result, error), quoted string, t *Table, budget *schemaBudget) error {
 	idx, err := q(ctx, "PRAGMA index_list("+quoted+")")
 	if err != nil {
 		return err
@@ -178,6 +256,13 @@ func describeKeys(ctx context.Context, q func(context.Context, string, ...any) (
 			}
 			ix.Columns = append(ix.Columns, name)
 		}
+		size := len(ix.Name) + 60
+		for _, c := range ix.Columns {
+			size += len(c) + 3
+		}
+		if !budget.take(size) {
+			return fmt.Errorf("indexes and foreign keys left out: the output budget was spent")
+		}
 		t.Indexes = append(t.Indexes, ix)
 	}
 	fks, err := q(ctx, "PRAGMA foreign_key_list("+quoted+")")
@@ -187,6 +272,9 @@ func describeKeys(ctx context.Context, q func(context.Context, string, ...any) (
 	// id, seq, table, from, to, on_update, on_delete, match
 	byID := map[int64]int{}
 	for _, r := range fks.Rows {
+		if !budget.take(len(str(r[2])) + len(str(r[3])) + len(str(r[4])) + 40) {
+			return fmt.Errorf("foreign keys left out: the output budget was spent")
+		}
 		id := num(r[0])
 		i, ok := byID[id]
 		if !ok {

@@ -3,6 +3,7 @@ package validate
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -19,17 +20,20 @@ import (
 	"unicode/utf8"
 )
 
-// Caps that keep CSV validation in bounded memory whatever the input size.
+// Caps that keep CSV validation in bounded memory whatever the input size;
+// Limits bounds the rest (record size, columns, unique and distinct values
+// across all columns, time).
 const (
-	// UniqueCap is how many distinct values per unique column are tracked
-	// (as 64-bit hashes with their first row: about 40 MB at worst). Past
-	// it the unique check stops and the result says so.
-	UniqueCap = 1_000_000
 	// exactDistinct is how many distinct values per column are counted
-	// exactly; past it the summary switches to a HyperLogLog estimate
-	// (about 1.6% standard error, 4 KiB per column).
+	// exactly; past it (or past Limits.MaxDistinctValues for all columns)
+	// the summary switches to a HyperLogLog estimate (about 1.6% standard
+	// error, 4 KiB per column).
 	exactDistinct = 10_000
 	maxValueShown = 80
+	// maxNameShown bounds a header name in the result and its errors.
+	maxNameShown = 128
+	// maxHeadersListed bounds the header list quoted in an error.
+	maxHeadersListed = 20
 )
 
 // Constraint restricts one CSV column. In JSON it is either a type name
@@ -112,6 +116,8 @@ type CSVResult struct {
 	Errors     []CSVError      `json:"errors"`
 	Truncated  bool            `json:"truncated" jsonschema:"true when more errors were found than listed"`
 	Notes      []string        `json:"notes,omitempty"`
+	// Stopped says why validation ended before the end of the input.
+	Stopped string `json:"stopped,omitempty" jsonschema:"set when a limit stopped validation before the end: the counts cover only the rows before it"`
 }
 
 type colType int
@@ -146,7 +152,7 @@ type rule struct {
 	unique   bool
 	min, max *float64 // numbers, string lengths, or Unix nanoseconds for times
 	seen     map[uint64]int32
-	full     bool
+	full     bool // seen no longer grows: the shared unique budget is spent
 }
 
 func compileRule(col string, c Constraint) (*rule, error) {
@@ -350,12 +356,17 @@ type column struct {
 	hll                                      *hll
 }
 
-func (c *column) observe(seed maphash.Seed, v string) {
+// observe records a non-null value; left is the exact-distinct budget all
+// columns share.
+func (c *column) observe(seed maphash.Seed, v string, left *int) {
 	c.values++
 	h := maphash.String(seed, v)
 	if c.hll == nil {
-		c.exact[h] = struct{}{}
-		if len(c.exact) > exactDistinct {
+		if _, ok := c.exact[h]; !ok {
+			c.exact[h] = struct{}{}
+			*left--
+		}
+		if len(c.exact) > exactDistinct || *left <= 0 {
 			c.hll = newHLL()
 			for k := range c.exact {
 				c.hll.add(k)
@@ -396,7 +407,7 @@ func (c *column) observe(seed maphash.Seed, v string) {
 }
 
 func (c *column) summary() ColumnSummary {
-	s := ColumnSummary{Name: c.name, Nulls: c.nulls}
+	s := ColumnSummary{Name: shortName(c.name), Nulls: c.nulls}
 	if c.hll == nil {
 		s.Distinct, s.DistinctExact = len(c.exact), true
 	} else {
@@ -421,9 +432,48 @@ func (c *column) summary() ColumnSummary {
 	return s
 }
 
+// ValidateCSV validates CSV read from data within the registry's limits:
+// the time limit for the whole call (and ctx), the record size, the number
+// of columns, and the values tracked for unique and distinct counts.
+func (r *Registry) ValidateCSV(ctx context.Context, data io.Reader, opts CSVOptions) (*CSVResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.limits.Timeout)
+	defer cancel()
+	return CSV(ctx, data, opts, r.limits)
+}
+
+// errRecordTooLong is what the record guard returns past the record limit.
+var errRecordTooLong = errors.New("record too long")
+
+// recordGuard lets encoding/csv read at most limit bytes: CSV moves limit
+// forward after each record, so one record (a line, or a quoted field with
+// newlines in it) can never make the reader buffer more than the record
+// limit plus what bufio reads ahead.
+type recordGuard struct {
+	r        io.Reader
+	n, limit int64
+}
+
+func (g *recordGuard) Read(p []byte) (int, error) {
+	if g.n >= g.limit {
+		return 0, errRecordTooLong
+	}
+	if rem := g.limit - g.n; int64(len(p)) > rem {
+		p = p[:rem]
+	}
+	m, err := g.r.Read(p)
+	g.n += int64(m)
+	return m, err
+}
+
+// ctxEvery is how many records pass between two checks of the deadline.
+const ctxEvery = 1024
+
 // CSV validates CSV read from data, streaming it: memory stays bounded by
-// the widest record, the per-column summaries and the unique caps.
-func CSV(data io.Reader, opts CSVOptions) (*CSVResult, error) {
+// the record limit, the per-column summaries and the unique and distinct
+// caps, and time by ctx. Past a limit, the result so far is returned with
+// Stopped saying why.
+func CSV(ctx context.Context, data io.Reader, opts CSVOptions, lim Limits) (*CSVResult, error) {
+	lim.defaults()
 	if opts.Delimiter == 0 {
 		opts.Delimiter = ','
 	}
@@ -436,6 +486,7 @@ func CSV(data io.Reader, opts CSVOptions) (*CSVResult, error) {
 	if opts.MaxErrors <= 0 {
 		opts.MaxErrors = DefaultMaxErrors
 	}
+	opts.MaxErrors = min(opts.MaxErrors, lim.MaxErrors)
 	nulls := map[string]bool{"": true}
 	if opts.NullValues != nil {
 		nulls = map[string]bool{}
@@ -460,15 +511,20 @@ func CSV(data io.Reader, opts CSVOptions) (*CSVResult, error) {
 				e.Value = e.Value[:maxValueShown] + "..."
 			}
 			e.Value = strings.ToValidUTF8(e.Value, "\uFFFD")
+			e.Column = shortName(e.Column)
 			res.Errors = append(res.Errors, e)
 		} else {
 			res.Truncated = true
 		}
 	}
 
-	br := bufio.NewReaderSize(data, 64<<10)
+	const readAhead = 64 << 10
+	guard := &recordGuard{r: data, limit: int64(lim.MaxCSVRecordBytes) + readAhead}
+	br := bufio.NewReaderSize(guard, readAhead)
+	var bom int64 // bytes skipped before the CSV reader's offsets start
 	if head, _ := br.Peek(3); bytes.HasPrefix(head, []byte{0xEF, 0xBB, 0xBF}) {
 		br.Discard(3)
+		bom = 3
 		res.Notes = append(res.Notes, "skipped a UTF-8 byte order mark")
 	} else if bytes.HasPrefix(head, []byte{0xFF, 0xFE}) || bytes.HasPrefix(head, []byte{0xFE, 0xFF}) {
 		add(CSVError{Message: "the file is UTF-16 (it starts with a UTF-16 byte order mark): convert it to UTF-8"})
@@ -485,11 +541,31 @@ func CSV(data io.Reader, opts CSVOptions) (*CSVResult, error) {
 	var cols []*column
 	byName := map[string]int{}
 	row := 0
+	// next moves the guard past the record just read.
+	next := func() { guard.limit = bom + cr.InputOffset() + int64(lim.MaxCSVRecordBytes) + readAhead }
+	uniqueLeft, distinctLeft := lim.MaxUniqueValues, lim.MaxDistinctValues
+	stop := func(why string) (*CSVResult, error) {
+		res.Stopped = why
+		res.Rows = row
+		return finish(res, cols), nil
+	}
+	tooLong := func(what string) (*CSVResult, error) {
+		add(CSVError{Row: row + 1, Message: fmt.Sprintf("%s is longer than %d bytes (hint: check the delimiter and quoting; an unclosed quote makes the rest of the file one field)", what, lim.MaxCSVRecordBytes)})
+		return stop(fmt.Sprintf("stopped at a record longer than %d bytes", lim.MaxCSVRecordBytes))
+	}
+	tooWide := func(n int) (*CSVResult, error) {
+		add(CSVError{Message: fmt.Sprintf("the file has %d columns; at most %d are validated", n, lim.MaxCSVColumns)})
+		return stop(fmt.Sprintf("stopped: more than %d columns", lim.MaxCSVColumns))
+	}
 	if !opts.NoHeader {
 		rec, err := cr.Read()
+		next()
 		if err == io.EOF {
 			add(CSVError{Message: "the CSV is empty: expected a header row"})
 			return finish(res, cols), nil
+		}
+		if errors.Is(err, errRecordTooLong) {
+			return tooLong("the header")
 		}
 		if err != nil {
 			var pe *csv.ParseError
@@ -497,7 +573,10 @@ func CSV(data io.Reader, opts CSVOptions) (*CSVResult, error) {
 				add(CSVError{Line: pe.StartLine, Message: "header: " + pe.Err.Error()})
 				return finish(res, cols), nil
 			}
-			return nil, fmt.Errorf("%w: %v", ErrInput, err)
+			return nil, fmt.Errorf("%w: %v", ErrInput, noPath(err))
+		}
+		if len(rec) > lim.MaxCSVColumns {
+			return tooWide(len(rec))
 		}
 		for i, h := range rec {
 			h = strings.TrimSpace(h)
@@ -512,13 +591,13 @@ func CSV(data io.Reader, opts CSVOptions) (*CSVResult, error) {
 			}
 			byName[h] = i
 			cols = append(cols, newColumn(h, rules[h]))
-			res.Headers = append(res.Headers, h)
+			res.Headers = append(res.Headers, shortName(h))
 		}
 		expected := map[string]bool{}
 		for _, h := range opts.RequiredHeaders {
 			expected[h] = true
 			if _, ok := byName[h]; !ok {
-				add(CSVError{Column: h, Message: fmt.Sprintf("required header %q is missing (headers are %s)", h, strings.Join(res.Headers, ", "))})
+				add(CSVError{Column: h, Message: fmt.Sprintf("required header %q is missing (headers are %s)", shortName(h), headerList(res.Headers))})
 			}
 		}
 		for col := range rules {
@@ -538,15 +617,21 @@ func CSV(data io.Reader, opts CSVOptions) (*CSVResult, error) {
 
 	lastLine := 0
 	for {
+		if row%ctxEvery == 0 && ctx.Err() != nil {
+			return stop(fmt.Sprintf("stopped after %d rows: the time limit was reached; the counts cover the rows before it", row))
+		}
 		rec, err := cr.Read()
+		next()
 		if err == io.EOF {
 			break
 		}
-		line, _ := cr.FieldPos(0)
+		if errors.Is(err, errRecordTooLong) {
+			return tooLong(fmt.Sprintf("row %d", row+1))
+		}
 		if err != nil {
 			var pe *csv.ParseError
 			if !errors.As(err, &pe) {
-				return nil, fmt.Errorf("%w: %v", ErrInput, err)
+				return nil, fmt.Errorf("%w: %v", ErrInput, noPath(err))
 			}
 			row++
 			hint := ""
@@ -560,12 +645,18 @@ func CSV(data io.Reader, opts CSVOptions) (*CSVResult, error) {
 			lastLine = max(pe.Line, pe.StartLine)
 			continue
 		}
+		// FieldPos panics after a failed Read (a quote left open at the
+		// end of the file): ask only for a record that was read.
+		line, _ := cr.FieldPos(0)
 		lastLine = line
 		row++
 		if opts.MaxRows > 0 && row == opts.MaxRows+1 {
 			add(CSVError{Row: row, Line: line, Message: fmt.Sprintf("more than max_rows=%d data rows", opts.MaxRows)})
 		}
 		if cols == nil { // no header: name the columns after the first record
+			if len(rec) > lim.MaxCSVColumns {
+				return tooWide(len(rec))
+			}
 			for i := range rec {
 				name := "column" + strconv.Itoa(i+1)
 				byName[name] = i
@@ -597,7 +688,7 @@ func CSV(data io.Reader, opts CSVOptions) (*CSVResult, error) {
 				}
 				continue
 			}
-			c.observe(seed, v)
+			c.observe(seed, v, &distinctLeft)
 			r := c.rule
 			if r == nil {
 				continue
@@ -605,21 +696,44 @@ func CSV(data io.Reader, opts CSVOptions) (*CSVResult, error) {
 			if msg := r.check(v); msg != "" {
 				add(CSVError{Row: row, Line: line, Column: c.name, Value: v, Message: msg})
 			}
-			if r.unique && !r.full {
+			if r.unique {
 				h := maphash.String(seed, v)
 				if first, dup := r.seen[h]; dup {
 					add(CSVError{Row: row, Line: line, Column: c.name, Value: v, Message: fmt.Sprintf("duplicate value in a unique column (first seen in row %d)", first)})
-				} else if len(r.seen) < UniqueCap {
+				} else if uniqueLeft > 0 {
 					r.seen[h] = int32(min(row, math.MaxInt32))
-				} else {
-					r.full, r.seen = true, nil
-					res.Notes = append(res.Notes, fmt.Sprintf("column %q: unique checked only for the first %d distinct values", c.name, UniqueCap))
+					uniqueLeft--
+				} else if !r.full {
+					// Stop growing: duplicates of the values seen so far
+					// are still found, new values are no longer tracked.
+					r.full = true
+					res.Notes = append(res.Notes, fmt.Sprintf("column %q: unique is checked only against the values seen up to row %d (all unique columns together track at most %d distinct values)", shortName(c.name), row, lim.MaxUniqueValues))
 				}
 			}
 		}
 	}
 	res.Rows = row
 	return finish(res, cols), nil
+}
+
+// shortName bounds a header name for the result.
+func shortName(s string) string {
+	if len(s) <= maxNameShown {
+		return s
+	}
+	cut := maxNameShown
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+// headerList quotes the first headers for an error message.
+func headerList(h []string) string {
+	if len(h) <= maxHeadersListed {
+		return strings.Join(h, ", ")
+	}
+	return strings.Join(h[:maxHeadersListed], ", ") + fmt.Sprintf(", ... and %d more", len(h)-maxHeadersListed)
 }
 
 func newColumn(name string, r *rule) *column {

@@ -49,7 +49,7 @@ func TestCSVConstraints(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res, err := CSV(strings.NewReader(tt.csv), tt.opts)
+			res, err := CSV(t.Context(), strings.NewReader(tt.csv), tt.opts, Limits{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -76,7 +76,7 @@ func TestCSVSummary(t *testing.T) {
 	for i := range 30000 {
 		fmt.Fprintf(&b, "%d,%g,%v,2024-01-%02d,item %d,\n", i, float64(i)/2, i%2 == 0, i%28+1, i%7)
 	}
-	res, err := CSV(strings.NewReader(b.String()), CSVOptions{})
+	res, err := CSV(t.Context(), strings.NewReader(b.String()), CSVOptions{}, Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,22 +105,22 @@ func TestCSVSummary(t *testing.T) {
 
 func TestCSVErrorsAndOptions(t *testing.T) {
 	many := "a\n" + strings.Repeat("x\n", 500)
-	res, err := CSV(strings.NewReader(many), CSVOptions{Columns: map[string]Constraint{"a": {Type: "integer"}}, MaxErrors: 10})
+	res, err := CSV(t.Context(), strings.NewReader(many), CSVOptions{Columns: map[string]Constraint{"a": {Type: "integer"}}, MaxErrors: 10}, Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(res.Errors) != 10 || res.ErrorCount != 500 || !res.Truncated {
 		t.Fatalf("listed %d of %d", len(res.Errors), res.ErrorCount)
 	}
-	res, _ = CSV(strings.NewReader("\xff\xfea\x00"), CSVOptions{})
+	res, _ = CSV(t.Context(), strings.NewReader("\xff\xfea\x00"), CSVOptions{}, Limits{})
 	if res.Valid || !strings.Contains(res.Errors[0].Message, "UTF-16") {
 		t.Fatalf("UTF-16: %+v", res)
 	}
-	res, _ = CSV(strings.NewReader("\xef\xbb\xbfid\n1\n"), CSVOptions{RequiredHeaders: []string{"id"}})
+	res, _ = CSV(t.Context(), strings.NewReader("\xef\xbb\xbfid\n1\n"), CSVOptions{RequiredHeaders: []string{"id"}}, Limits{})
 	if !res.Valid {
 		t.Fatalf("BOM: %+v", res)
 	}
-	res, _ = CSV(strings.NewReader(""), CSVOptions{})
+	res, _ = CSV(t.Context(), strings.NewReader(""), CSVOptions{}, Limits{})
 	if res.Valid {
 		t.Fatal("empty input is valid")
 	}
@@ -135,7 +135,7 @@ func TestCSVErrorsAndOptions(t *testing.T) {
 		{"bad date min", CSVOptions{Columns: map[string]Constraint{"a": {Type: "date", Min: "yesterday"}}}},
 		{"quote char", CSVOptions{Quote: '\''}},
 	} {
-		if _, err := CSV(strings.NewReader("a\n1\n"), c.opts); !errors.Is(err, ErrBadConstraint) {
+		if _, err := CSV(t.Context(), strings.NewReader("a\n1\n"), c.opts, Limits{}); !errors.Is(err, ErrBadConstraint) {
 			t.Errorf("%s: err = %v", c.name, err)
 		}
 	}
@@ -214,7 +214,7 @@ func BenchmarkValidateCSV100MB(b *testing.B) {
 		stop := make(chan struct{})
 		peak := make(chan uint64)
 		go samplePeak(stop, peak)
-		res, err := CSV(in, opts)
+		res, err := CSV(b.Context(), in, opts, Limits{})
 		close(stop)
 		in.Close()
 		p := <-peak
@@ -260,7 +260,7 @@ func TestCSVFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer in.Close()
-	res, err := CSV(in, CSVOptions{Columns: map[string]Constraint{"id": {Type: "integer", Unique: true}}})
+	res, err := CSV(t.Context(), in, CSVOptions{Columns: map[string]Constraint{"id": {Type: "integer", Unique: true}}}, Limits{})
 	if err != nil || !res.Valid || res.Rows < 10000 {
 		t.Fatalf("%+v, %v", res, err)
 	}

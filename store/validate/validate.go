@@ -13,16 +13,20 @@ package validate
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
@@ -41,6 +45,11 @@ var (
 	ErrRemoteRef = sandpit.Define(sandpit.ErrInvalidArgument, "schema reference not allowed")
 	// ErrBadConstraint: a CSV constraint or option is malformed.
 	ErrBadConstraint = sandpit.Define(sandpit.ErrInvalidArgument, "invalid CSV constraint")
+	// ErrTooLarge: a document, line or schema file is past its size limit,
+	// or validation reached its time or work limit.
+	ErrTooLarge = sandpit.Define(sandpit.ErrResourceExhausted, "too large")
+	// ErrTimeout: validation ran past its time limit.
+	ErrTimeout = sandpit.Define(sandpit.ErrResourceExhausted, "validation timed out")
 	// ErrInput: the input cannot be read (not the same as invalid data).
 	ErrInput = sandpit.Define(sandpit.ErrInvalidArgument, "cannot read input")
 )
@@ -63,6 +72,7 @@ type NamedSchema struct {
 // Registry holds named schemas: the built-ins (config, user, dataset) and
 // any *.json in a configured directory, which may override a built-in.
 type Registry struct {
+	limits  Limits
 	dir     string // "" when none
 	byName  map[string]*NamedSchema
 	docs    map[string]any // parsed, by name
@@ -72,9 +82,11 @@ type Registry struct {
 
 // NewRegistry loads the built-ins and every *.json file in dir ("" for
 // none). A file that is not valid JSON Schema fails the whole load, so an
-// operator sees the mistake at startup rather than at first use.
-func NewRegistry(dir string) (*Registry, error) {
-	r := &Registry{byName: map[string]*NamedSchema{}, docs: map[string]any{}, compile: map[string]*jsonschema.Schema{}}
+// operator sees the mistake at startup rather than at first use. lim bounds
+// every validation (zero fields take DefaultLimits).
+func NewRegistry(dir string, lim Limits) (*Registry, error) {
+	lim.defaults()
+	r := &Registry{limits: lim, byName: map[string]*NamedSchema{}, docs: map[string]any{}, compile: map[string]*jsonschema.Schema{}}
 	builtins, _ := builtinFS.ReadDir("schemas")
 	for _, f := range builtins {
 		b, _ := builtinFS.ReadFile("schemas/" + f.Name())
@@ -107,7 +119,7 @@ func NewRegistry(dir string) (*Registry, error) {
 	}
 	// Compile each now: a broken schema is an operator error.
 	for name := range r.byName {
-		if _, err := r.named(name); err != nil {
+		if _, err := r.named(name, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -127,6 +139,9 @@ func (r *Registry) add(name, source string, b []byte) error {
 	r.docs[name] = doc
 	return nil
 }
+
+// Limits returns the effective limits.
+func (r *Registry) Limits() Limits { return r.limits }
 
 // List returns the registered schemas sorted by name.
 func (r *Registry) List() []NamedSchema {
@@ -148,11 +163,16 @@ func (r *Registry) names() string {
 
 // compiler returns a compiler that knows every named schema, refuses every
 // other URL except files under allowDir (none when ""), and asserts
-// formats: a model writing "format": "email" expects it checked.
-func (r *Registry) compiler(allowDir string) (*jsonschema.Compiler, *loader) {
+// formats: a model writing "format": "email" expects it checked. With a
+// budget, every schema object it compiles calls the budget when evaluated.
+func (r *Registry) compiler(allowDir string, b *budget) (*jsonschema.Compiler, *loader) {
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.AssertFormat()
+	if b != nil {
+		c.RegisterVocabulary(budgetVocab(b))
+		c.AssertVocabs()
+	}
 	l := &loader{allowDir: allowDir}
 	c.UseLoader(l)
 	for name, doc := range r.docs {
@@ -163,21 +183,27 @@ func (r *Registry) compiler(allowDir string) (*jsonschema.Compiler, *loader) {
 	return c, l
 }
 
-func (r *Registry) named(name string) (*jsonschema.Schema, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if s, ok := r.compile[name]; ok {
-		return s, nil
-	}
+// named compiles a registered schema: once, without a budget (to check it),
+// or afresh for each validation with its budget.
+func (r *Registry) named(name string, b *budget) (*jsonschema.Schema, error) {
 	if _, ok := r.docs[name]; !ok {
 		return nil, fmt.Errorf("%w %q: registered schemas are %s (or pass a schema object)", ErrUnknownSchema, name, r.names())
 	}
-	c, l := r.compiler(r.dir)
+	if b == nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if s, ok := r.compile[name]; ok {
+			return s, nil
+		}
+	}
+	c, l := r.compiler(r.dir, b)
 	s, err := c.Compile(baseURL + name + ".json")
 	if err != nil {
 		return nil, l.schemaError(name, err)
 	}
-	r.compile[name] = s
+	if b == nil {
+		r.compile[name] = s
+	}
 	return s, nil
 }
 
@@ -185,7 +211,9 @@ func (r *Registry) named(name string) (*jsonschema.Schema, error) {
 // of them except file URLs inside allowDir, and remembers the first refusal
 // (the compiler's error does not wrap it).
 type loader struct {
-	allowDir string
+	allowDir string   // host directory of registered schema files ("" for none)
+	open     OpenFunc // opens workspace schema files (nil for none)
+	openDir  string   // the workspace directory (as a URL) $refs may reach
 	refused  error
 }
 
@@ -198,6 +226,16 @@ func (l *loader) Load(url string) (any, error) {
 }
 
 func (l *loader) load(url string) (any, error) {
+	if l.open != nil && strings.HasPrefix(url, workspaceURL) {
+		if !strings.HasPrefix(url, l.openDir) {
+			return nil, fmt.Errorf("%w: $ref %s leaves the schema's directory", ErrRemoteRef, strings.TrimPrefix(url, workspaceURL))
+		}
+		rel := strings.TrimPrefix(url, workspaceURL)
+		if i := strings.IndexByte(rel, '#'); i >= 0 {
+			rel = rel[:i]
+		}
+		return loadSchemaFile(l.open, rel)
+	}
 	if l.allowDir != "" && strings.HasPrefix(url, "file://") {
 		path, err := jsonschema.FileLoader{}.ToFile(url)
 		if err != nil {
@@ -213,6 +251,41 @@ func (l *loader) load(url string) (any, error) {
 		return jsonschema.FileLoader{}.Load("file://" + real)
 	}
 	return nil, fmt.Errorf("%w: $ref %s is not fetched (no network, no files outside the schema's directory); inline the referenced schema under $defs, or reference a registered schema by name, e.g. {\"$ref\": \"user.json\"}", ErrRemoteRef, url)
+}
+
+// MaxSchemaBytes is the largest schema file read from the workspace.
+const MaxSchemaBytes = 1 << 20
+
+// loadSchemaFile reads and decodes the workspace schema file rel through
+// open: one descriptor, no symlink followed, at most MaxSchemaBytes.
+func loadSchemaFile(open OpenFunc, rel string) (any, error) {
+	f, err := open(rel)
+	if err != nil {
+		return nil, err // the workspace's own class says why
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxSchemaBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: schema file %s: %v", ErrInput, rel, noPath(err))
+	}
+	if len(b) > MaxSchemaBytes {
+		return nil, fmt.Errorf("%w: schema file %s is larger than %d bytes", ErrTooLarge, rel, MaxSchemaBytes)
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("%w: schema file %s is not JSON: %v", ErrBadSchema, rel, err)
+	}
+	return doc, nil
+}
+
+// noPath drops the host path from an OS error: what reaches the model names
+// workspace paths only.
+func noPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 // schemaError keeps the reason a schema failed to compile readable.
@@ -237,18 +310,31 @@ func (l *loader) schemaError(name string, err error) error {
 	return fmt.Errorf("%w: schema %s: %s", ErrBadSchema, name, msg)
 }
 
+// OpenFunc opens a workspace file for reading without following symlinks
+// and returns it only if it is a regular file. *workspace.Workspace's
+// OpenFile is one.
+type OpenFunc func(rel string) (*os.File, error)
+
 // SchemaRef picks the schema to validate against: exactly one of Name (a
-// registered schema), Inline (a decoded JSON object) or Path (a schema
-// file, already resolved to a host path by the caller; its $refs may name
-// files in its own directory).
+// registered schema), Inline (a decoded JSON object) or Path (a schema file
+// in the workspace, opened with Open; its $refs may name files in its own
+// directory, opened the same way).
 type SchemaRef struct {
 	Name   string
 	Inline any
 	Path   string
+	Open   OpenFunc
 }
 
+// workspaceURL names workspace schema files: "a/s.json" is
+// sandpit:///workspace/a/s.json, so relative $refs resolve inside the
+// workspace and are loaded through the opener, never by host path.
+const workspaceURL = "sandpit:///workspace/"
+
 // Schema compiles the schema ref points at.
-func (r *Registry) Schema(ref SchemaRef) (*jsonschema.Schema, error) {
+func (r *Registry) Schema(ref SchemaRef) (*jsonschema.Schema, error) { return r.schema(ref, nil) }
+
+func (r *Registry) schema(ref SchemaRef, b *budget) (*jsonschema.Schema, error) {
 	set := 0
 	for _, b := range []bool{ref.Name != "", ref.Inline != nil, ref.Path != ""} {
 		if b {
@@ -260,29 +346,28 @@ func (r *Registry) Schema(ref SchemaRef) (*jsonschema.Schema, error) {
 	}
 	switch {
 	case ref.Name != "":
-		return r.named(strings.TrimSuffix(ref.Name, ".json"))
+		return r.named(strings.TrimSuffix(ref.Name, ".json"), b)
 	case ref.Path != "":
-		b, err := os.ReadFile(ref.Path)
-		if err != nil {
-			return nil, fmt.Errorf("%w: schema file: %v", ErrInput, err)
+		if ref.Open == nil {
+			return nil, fmt.Errorf("%w: a schema file needs a workspace, and there is none: pass the schema inline", ErrBadSchema)
 		}
-		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+		rel := path.Clean("/" + ref.Path)[1:]
+		url := workspaceURL + rel
+		doc, err := loadSchemaFile(ref.Open, ref.Path)
 		if err != nil {
-			return nil, fmt.Errorf("%w: schema file %s is not JSON: %v", ErrBadSchema, filepath.Base(ref.Path), err)
+			return nil, err
 		}
-		abs, _ := filepath.Abs(ref.Path)
-		dir, err := filepath.EvalSymlinks(filepath.Dir(abs))
-		if err != nil {
-			return nil, fmt.Errorf("%w: schema file: %v", ErrInput, err)
+		c, l := r.compiler("", b)
+		l.open, l.openDir = ref.Open, workspaceURL+path.Dir(rel)+"/"
+		if l.openDir == workspaceURL+"./" {
+			l.openDir = workspaceURL
 		}
-		url := "file://" + filepath.Join(dir, filepath.Base(abs))
-		c, l := r.compiler(dir)
 		if err := c.AddResource(url, doc); err != nil {
-			return nil, l.schemaError(filepath.Base(abs), err)
+			return nil, l.schemaError(rel, err)
 		}
 		s, err := c.Compile(url)
 		if err != nil {
-			return nil, l.schemaError(filepath.Base(abs), err)
+			return nil, l.schemaError(rel, err)
 		}
 		return s, nil
 	}
@@ -293,13 +378,13 @@ func (r *Registry) Schema(ref SchemaRef) (*jsonschema.Schema, error) {
 		}
 	}
 	// Round-trip so numbers are json.Number, as the validator expects.
-	b, err := json.Marshal(doc)
+	raw, err := json.Marshal(doc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadSchema, err)
 	}
-	doc, _ = jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	doc, _ = jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	const url = baseURL + "inline/schema.json"
-	c, l := r.compiler("")
+	c, l := r.compiler("", b)
 	if err := c.AddResource(url, doc); err != nil {
 		return nil, l.schemaError("(inline)", err)
 	}
@@ -327,48 +412,158 @@ type JSONResult struct {
 	ErrorCount int         `json:"error_count" jsonschema:"all errors found, including any not listed"`
 	Errors     []JSONError `json:"errors"`
 	Truncated  bool        `json:"truncated" jsonschema:"true when more errors were found than listed"`
+	// Stopped says why a JSONL validation ended before the last line.
+	Stopped string `json:"stopped,omitempty" jsonschema:"set when a limit stopped validation before the end: the counts cover only the lines before it"`
 }
 
 // DefaultMaxErrors caps listed errors when the caller gives no cap.
 const DefaultMaxErrors = 50
 
-// maxLine is the longest JSONL line accepted.
-const maxLine = 16 << 20
+// maxMessageBytes bounds one error's message and instance location: a
+// message quotes the failing value, which may be megabytes long.
+const maxMessageBytes = 512
 
 var printer = message.NewPrinter(language.English)
 
-// JSON validates one JSON document read from data.
-func JSON(s *jsonschema.Schema, data io.Reader, maxErrors int) (*JSONResult, error) {
-	res := newJSONResult(maxErrors)
-	b, err := io.ReadAll(data)
+// ValidateJSON compiles ref and validates data against it, as one JSON
+// document or, when jsonl, one document per line, within the registry's
+// limits: the time limit for the whole call (and ctx), the size, value
+// count and depth of each document, and the heap the validator may take.
+// A single document past a limit is an error (ErrTooLarge, ErrTimeout);
+// JSONL stops at the line where the time or heap ran out and says so in
+// Stopped.
+func (r *Registry) ValidateJSON(ctx context.Context, ref SchemaRef, data io.Reader, jsonl bool, maxErrors int) (*JSONResult, error) {
+	lim := r.limits
+	ctx, cancel := context.WithTimeout(ctx, lim.Timeout)
+	defer cancel()
+	b := &budget{ctx: ctx, maxHeap: uint64(lim.MaxHeapBytes)}
+	defer context.AfterFunc(ctx, func() { b.done.Store(true) })()
+	s, err := r.schema(ref, b)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInput, err)
+		return nil, err
 	}
-	res.check(s, b, 0)
-	return res.done(), nil
+	v := &jsonValidation{s: s, b: b, lim: lim, res: newJSONResult(min(maxErrors, lim.MaxErrors))}
+	if jsonl {
+		return v.lines(data)
+	}
+	return v.document(data)
 }
 
-// JSONL validates every non-blank line of data as its own document.
-func JSONL(s *jsonschema.Schema, data io.Reader, maxErrors int) (*JSONResult, error) {
-	res := newJSONResult(maxErrors)
+// jsonValidation is one ValidateJSON call.
+type jsonValidation struct {
+	s   *jsonschema.Schema
+	b   *budget
+	lim Limits
+	res *jsonRun
+}
+
+func (v *jsonValidation) document(data io.Reader) (*JSONResult, error) {
+	max := v.lim.MaxDocumentBytes
+	b, err := io.ReadAll(io.LimitReader(data, int64(max)+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInput, noPath(err))
+	}
+	if len(b) > max {
+		return nil, fmt.Errorf("%w: the document is larger than %d bytes (hint: validate it as JSONL, one record per line, or a part of it)", ErrTooLarge, max)
+	}
+	if err := v.check(b, 0); err != nil {
+		return nil, err
+	}
+	return v.res.done(), nil
+}
+
+func (v *jsonValidation) lines(data io.Reader) (*JSONResult, error) {
 	sc := bufio.NewScanner(data)
-	sc.Buffer(make([]byte, 64<<10), maxLine)
+	sc.Buffer(make([]byte, 64<<10), v.lim.MaxDocumentBytes)
 	line := 0
 	for sc.Scan() {
 		line++
 		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
 			continue
 		}
-		res.check(s, sc.Bytes(), line)
+		if err := v.check(sc.Bytes(), line); err != nil {
+			if !errors.Is(err, ErrTimeout) && !errors.Is(err, ErrTooLarge) {
+				return nil, err
+			}
+			v.res.Records--
+			v.res.Stopped = fmt.Sprintf("stopped at line %d: %v; the counts cover the lines before it", line, err)
+			return v.res.done(), nil
+		}
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			res.add(JSONError{Line: line + 1, Message: fmt.Sprintf("line is longer than %d bytes; JSONL needs one document per line", maxLine)})
-			return res.done(), nil
+			v.res.add(JSONError{Line: line + 1, Message: fmt.Sprintf("line is longer than %d bytes; JSONL needs one document per line", v.lim.MaxDocumentBytes)})
+			return v.res.done(), nil
 		}
-		return nil, fmt.Errorf("%w: %v", ErrInput, err)
+		return nil, fmt.Errorf("%w: %v", ErrInput, noPath(err))
 	}
-	return res.done(), nil
+	return v.res.done(), nil
+}
+
+// check validates one document. It returns an error only when a limit
+// stopped it; the document's own failures go into the result.
+func (v *jsonValidation) check(b []byte, line int) error {
+	r := v.res
+	r.Records++
+	doc, err := decodeLimited(bytes.NewReader(b), v.lim.MaxValues, v.lim.MaxDepth)
+	if errors.Is(err, ErrTooLarge) {
+		if line == 0 {
+			return fmt.Errorf("%w (hint: validate it as JSONL, one record per line, or a part of it)", err)
+		}
+		r.Invalid++
+		r.add(JSONError{Line: line, Message: err.Error()})
+		return nil
+	}
+	if err != nil {
+		r.Invalid++
+		r.add(JSONError{Line: line, Message: "not valid JSON: " + syntaxMessage(b, err)})
+		return nil
+	}
+	err, stop := v.b.run(v.s, doc)
+	switch {
+	case errors.Is(stop, errHeap):
+		return fmt.Errorf("%w: the document fails in so many places that checking it needs more than %d MiB (hint: validate a part of it, or JSONL records one by one)", ErrTooLarge, v.lim.MaxHeapBytes>>20)
+	case stop != nil:
+		return fmt.Errorf("%w: validation took longer than %s (hint: validate a part of it, or simplify the schema)", ErrTimeout, v.lim.Timeout)
+	case err == nil:
+		return nil
+	}
+	r.Invalid++
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		r.add(JSONError{Line: line, Message: truncate(err.Error())})
+		return nil
+	}
+	for _, leaf := range leaves(ve, nil) {
+		if !r.listing() {
+			r.add(JSONError{}) // counted, not listed: not worth formatting
+			continue
+		}
+		inst := truncate(pointer(leaf.InstanceLocation))
+		where := "the document"
+		if inst != "" {
+			where = inst
+		}
+		r.add(JSONError{
+			Line:             line,
+			InstanceLocation: inst,
+			SchemaLocation:   truncate(schemaLocation(leaf)),
+			Message:          truncate(where + ": " + leaf.ErrorKind.LocalizedString(printer)),
+		})
+	}
+	return nil
+}
+
+// truncate bounds a message or location at maxMessageBytes.
+func truncate(s string) string {
+	if len(s) <= maxMessageBytes {
+		return s
+	}
+	cut := maxMessageBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("… (%d more bytes)", len(s)-cut)
 }
 
 type jsonRun struct {
@@ -383,9 +578,12 @@ func newJSONResult(maxErrors int) *jsonRun {
 	return &jsonRun{JSONResult: JSONResult{Errors: []JSONError{}}, max: maxErrors}
 }
 
+// listing reports whether the next error is listed.
+func (r *jsonRun) listing() bool { return len(r.Errors) < r.max }
+
 func (r *jsonRun) add(e JSONError) {
 	r.ErrorCount++
-	if len(r.Errors) < r.max {
+	if r.listing() {
 		r.Errors = append(r.Errors, e)
 	} else {
 		r.Truncated = true
@@ -393,41 +591,8 @@ func (r *jsonRun) add(e JSONError) {
 }
 
 func (r *jsonRun) done() *JSONResult {
-	r.Valid = r.ErrorCount == 0
+	r.Valid = r.ErrorCount == 0 && r.Stopped == ""
 	return &r.JSONResult
-}
-
-func (r *jsonRun) check(s *jsonschema.Schema, b []byte, line int) {
-	r.Records++
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
-	if err != nil {
-		r.Invalid++
-		r.add(JSONError{Line: line, Message: "not valid JSON: " + syntaxMessage(b, err)})
-		return
-	}
-	err = s.Validate(doc)
-	if err == nil {
-		return
-	}
-	r.Invalid++
-	var ve *jsonschema.ValidationError
-	if !errors.As(err, &ve) {
-		r.add(JSONError{Line: line, Message: err.Error()})
-		return
-	}
-	for _, leaf := range leaves(ve, nil) {
-		inst := pointer(leaf.InstanceLocation)
-		where := "the document"
-		if inst != "" {
-			where = inst
-		}
-		r.add(JSONError{
-			Line:             line,
-			InstanceLocation: inst,
-			SchemaLocation:   schemaLocation(leaf),
-			Message:          where + ": " + leaf.ErrorKind.LocalizedString(printer),
-		})
-	}
 }
 
 // leaves returns the innermost errors, which name the failing keywords.
@@ -446,6 +611,7 @@ func leaves(e *jsonschema.ValidationError, out []*jsonschema.ValidationError) []
 func schemaLocation(e *jsonschema.ValidationError) string {
 	loc := e.SchemaURL + pointer(e.ErrorKind.KeywordPath())
 	loc = strings.TrimPrefix(loc, baseURL+"inline/schema.json")
+	loc = strings.TrimPrefix(loc, workspaceURL)
 	loc = strings.TrimPrefix(loc, baseURL)
 	if i := strings.LastIndex(loc, "/"); strings.HasPrefix(loc, "file://") && i >= 0 {
 		// A schema file: keep its base name, not the host path.
@@ -479,17 +645,4 @@ func syntaxMessage(b []byte, err error) string {
 		return fmt.Sprintf("%v (line %d, column %d)", se, line, col)
 	}
 	return err.Error()
-}
-
-// ValidateJSON compiles ref and validates data against it, as one JSON
-// document or, when jsonl, one document per line.
-func (r *Registry) ValidateJSON(ref SchemaRef, data io.Reader, jsonl bool, maxErrors int) (*JSONResult, error) {
-	s, err := r.Schema(ref)
-	if err != nil {
-		return nil, err
-	}
-	if jsonl {
-		return JSONL(s, data, maxErrors)
-	}
-	return JSON(s, data, maxErrors)
 }

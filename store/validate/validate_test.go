@@ -3,15 +3,18 @@ package validate
 import (
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sandpit-dev/sandpit/store/workspace"
 )
 
 func registry(t *testing.T, dir string) *Registry {
 	t.Helper()
-	r, err := NewRegistry(dir)
+	r, err := NewRegistry(dir, Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,11 +39,7 @@ func TestBuiltins(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := r.Schema(SchemaRef{Name: tt.schema})
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := JSON(s, strings.NewReader(tt.data), 0)
+			res, err := r.ValidateJSON(t.Context(), SchemaRef{Name: tt.schema}, strings.NewReader(tt.data), false, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -68,15 +67,12 @@ func TestBuiltins(t *testing.T) {
 
 func TestJSONL(t *testing.T) {
 	r := registry(t, "")
-	s, err := r.Schema(SchemaRef{Inline: map[string]any{
+	ref := SchemaRef{Inline: map[string]any{
 		"type": "object", "required": []any{"id"},
 		"properties": map[string]any{"id": map[string]any{"type": "integer"}, "tag": map[string]any{"type": "string", "maxLength": 3.0}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	}}
 	data := "{\"id\": 1}\n\n{\"id\": \"two\"}\n{\"id\": 3, \"tag\": \"long\"}\n{not json}\n{\"id\": 5}\n"
-	res, err := JSONL(s, strings.NewReader(data), 0)
+	res, err := r.ValidateJSON(t.Context(), ref, strings.NewReader(data), true, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,8 +95,8 @@ func TestJSONL(t *testing.T) {
 
 func TestErrorCap(t *testing.T) {
 	r := registry(t, "")
-	s, _ := r.Schema(SchemaRef{Inline: map[string]any{"type": "array", "items": map[string]any{"type": "string"}}})
-	res, err := JSON(s, strings.NewReader(`[1,2,3,4,5,6,7,8,9,10]`), 4)
+	ref := SchemaRef{Inline: map[string]any{"type": "array", "items": map[string]any{"type": "string"}}}
+	res, err := r.ValidateJSON(t.Context(), ref, strings.NewReader(`[1,2,3,4,5,6,7,8,9,10]`), false, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,11 +120,10 @@ func TestSchemaRefs(t *testing.T) {
 		}
 	}
 	// A draft-07 schema from the directory, referencing a built-in by name.
-	s, err := r.Schema(SchemaRef{Name: "order"})
-	if err != nil {
+	if _, err := r.Schema(SchemaRef{Name: "order"}); err != nil {
 		t.Fatal(err)
 	}
-	res, _ := JSON(s, strings.NewReader(`{"qty": 0, "buyer": {"id": 1, "username": "ab", "email": "a@b.co"}}`), 0)
+	res, _ := r.ValidateJSON(t.Context(), SchemaRef{Name: "order"}, strings.NewReader(`{"qty": 0, "buyer": {"id": 1, "username": "ab", "email": "a@b.co"}}`), false, 0)
 	if res.Valid || res.ErrorCount != 2 {
 		t.Fatalf("want 2 errors (qty, buyer.username), got %+v", res.Errors)
 	}
@@ -140,11 +135,11 @@ func TestSchemaRefs(t *testing.T) {
 	os.WriteFile(filepath.Join(ws, "escape.json"), []byte(`{"$ref": "../secret.json"}`), 0o644)
 	os.WriteFile(filepath.Join(filepath.Dir(ws), "secret.json"), []byte(`{"type": "integer"}`), 0o644)
 
-	s, err = r.Schema(SchemaRef{Path: filepath.Join(ws, "ok.json")})
-	if err != nil {
+	open := workspaceOpener(t, ws)
+	if _, err := r.Schema(SchemaRef{Path: "ok.json", Open: open}); err != nil {
 		t.Fatalf("file ref inside the schema's directory: %v", err)
 	}
-	if res, _ := JSON(s, strings.NewReader(`"x"`), 0); res.Valid {
+	if res, _ := r.ValidateJSON(t.Context(), SchemaRef{Path: "ok.json", Open: open}, strings.NewReader(`"x"`), false, 0); res.Valid {
 		t.Error("file-referenced schema not applied")
 	}
 
@@ -156,7 +151,8 @@ func TestSchemaRefs(t *testing.T) {
 		{"remote https ref", SchemaRef{Inline: map[string]any{"$ref": "https://example.com/schema.json"}}, ErrRemoteRef},
 		{"remote http $schema", SchemaRef{Inline: map[string]any{"$schema": "http://example.com/meta", "type": "object"}}, ErrRemoteRef},
 		{"file ref from inline", SchemaRef{Inline: map[string]any{"$ref": "file:///etc/passwd"}}, ErrRemoteRef},
-		{"file ref leaving the directory", SchemaRef{Path: filepath.Join(ws, "escape.json")}, ErrRemoteRef},
+		{"file ref leaving the directory", SchemaRef{Path: "escape.json", Open: open}, ErrRemoteRef},
+		{"schema file without a workspace", SchemaRef{Path: "ok.json"}, ErrBadSchema},
 		{"bad schema", SchemaRef{Inline: map[string]any{"type": "integr"}}, ErrBadSchema},
 		{"bad minimum", SchemaRef{Inline: map[string]any{"minimum": "ten"}}, ErrBadSchema},
 		{"not an object", SchemaRef{Inline: []any{1.0}}, ErrBadSchema},
@@ -177,10 +173,10 @@ func TestSchemaRefs(t *testing.T) {
 func TestBadRegistryDir(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "broken.json"), []byte(`{"type": 5}`), 0o644)
-	if _, err := NewRegistry(dir); !errors.Is(err, ErrBadSchema) {
+	if _, err := NewRegistry(dir, Limits{}); !errors.Is(err, ErrBadSchema) {
 		t.Fatalf("err = %v", err)
 	}
-	if _, err := NewRegistry(filepath.Join(dir, "missing")); err == nil {
+	if _, err := NewRegistry(filepath.Join(dir, "missing"), Limits{}); err == nil {
 		t.Fatal("missing directory accepted")
 	}
 }
@@ -194,3 +190,13 @@ func TestListIsJSON(t *testing.T) {
 }
 
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
+
+// workspaceOpener opens files of the workspace at dir the way serve does.
+func workspaceOpener(t testing.TB, dir string) OpenFunc {
+	t.Helper()
+	ws, err := workspace.Open(dir, workspace.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ws.OpenFile
+}
