@@ -415,6 +415,9 @@ func (w *Workspace) Write(ctx context.Context, p string, data []byte) (Entry, er
 	if int64(len(data)) > w.opts.MaxWriteBytes {
 		return Entry{}, pathErr(op, p, ErrTooLarge, "%d bytes, at most %d per write; split the file, or have a program generate it", len(data), w.opts.MaxWriteBytes)
 	}
+	if strings.HasSuffix(p, "/") || strings.HasSuffix(p, "/.") || p == "." {
+		return Entry{}, pathErr(op, p, ErrIsDir, "a path ending in / names a directory; give a file name (directories are created for the files in them)")
+	}
 	var out Entry
 	err := w.withRoot(true, func(r *os.Root) error {
 		c, err := w.check(r, op, p, false)
