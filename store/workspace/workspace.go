@@ -643,6 +643,11 @@ func (w *Workspace) check(r *os.Root, op, p string, final bool) (string, error) 
 		return c, nil
 	}
 	parts := strings.Split(c, "/")
+	for _, name := range parts {
+		if isReserved(name) {
+			return "", pathErr(op, p, ErrInvalidPath, "names starting with %q are reserved for sandpit's temporary files; choose another name", reservedPrefix)
+		}
+	}
 	n := len(parts)
 	if !final {
 		n--
