@@ -138,3 +138,29 @@ func TestSnapshotsSkipServerTempDirs(t *testing.T) {
 	}
 	must(t, e.store.Restore(t.Context(), e.ws, sn.ID))
 }
+
+// TestUndoRaceWithARunOpening: UndoLastRun restores state S, then deletes
+// S's row; a run opening in between found the workspace equal to S, reused
+// S's row as its own undo state (dedupe), and was left with none once the
+// row went. Undoing that run then reverted the run before it too (review
+// M4, the secondary race).
+func TestUndoRaceWithARunOpening(t *testing.T) {
+	e := newEnv(t)
+	must(t, simRun(t, e, "run1", map[string]string{"a.txt": "from run1"}))
+	must(t, simRun(t, e, "run2", map[string]string{"b.txt": "from run2"}))
+	e.store.afterUndoRestore = func() {
+		e.store.afterUndoRestore = nil
+		must(t, simRun(t, e, "racer", map[string]string{"c.txt": "from the racer"}))
+	}
+	// Undo run2: b.txt goes; the racer runs right after the restore.
+	_, err := e.store.UndoLastRun(t.Context(), e.ws)
+	must(t, err)
+	// Undo the racer: only c.txt goes.
+	sn, err := e.store.UndoLastRun(t.Context(), e.ws)
+	must(t, err)
+	for p, want := range map[string]bool{"a.txt": true, "b.txt": false, "c.txt": false} {
+		if _, err := os.Stat(filepath.Join(e.ws.Dir(), p)); (err == nil) != want {
+			t.Errorf("after undoing the racer (%s): %s present %v, want %v", sn.Description, p, err == nil, want)
+		}
+	}
+}

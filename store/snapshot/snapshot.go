@@ -74,6 +74,8 @@ type Store struct {
 	maxUndo int
 	log     *slog.Logger
 	gc      sync.RWMutex
+
+	afterUndoRestore func() // tests: runs between an undo's restore and its row's removal
 }
 
 // Options configure a Store.
@@ -117,6 +119,12 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	s := &Store{db: db, blobs: blobs{dir: filepath.Join(dir, "blobs")}, maxUndo: opts.MaxUndo, log: opts.Logger}
 	if err := s.migrate(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("snapshot store %s: %w", dir, err)
+	}
+	// An undo interrupted by a crash gives its state back: it may not have
+	// been restored.
+	if _, err := db.Exec(`UPDATE snapshots SET kind = 'undo' WHERE kind = 'undo-taken'`); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("snapshot store %s: %w", dir, err)
 	}
@@ -775,20 +783,41 @@ func (s *Store) BeforeRun(ctx context.Context, ws *workspace.Workspace, runID st
 
 // UndoLastRun puts the workspace back to its state before the most recent
 // run and forgets that state, so a second call goes back one run further.
+//
+// The state is taken out of BeforeRun's reach (kind 'undo-taken') before
+// the restore: a run that opens between the restore and the state's
+// removal finds the workspace equal to it, and must record a state of its
+// own rather than reuse the one about to go (review M4).
 func (s *Store) UndoLastRun(ctx context.Context, ws *workspace.Workspace) (Snapshot, error) {
 	var sn Snapshot
 	var ns int64
-	err := s.db.QueryRowContext(ctx, `SELECT id, description, created_ns, files, bytes FROM snapshots WHERE workspace = ? AND kind = 'undo' ORDER BY seq DESC LIMIT 1`, ws.ID()).
-		Scan(&sn.ID, &sn.Description, &ns, &sn.Files, &sn.Bytes)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Snapshot{}, fmt.Errorf("%w: no run has changed this workspace since the server started keeping undo states", ErrNoUndo)
-	}
-	if err != nil {
-		return Snapshot{}, err
+	for {
+		err := s.db.QueryRowContext(ctx, `SELECT id, description, created_ns, files, bytes FROM snapshots WHERE workspace = ? AND kind = 'undo' ORDER BY seq DESC LIMIT 1`, ws.ID()).
+			Scan(&sn.ID, &sn.Description, &ns, &sn.Files, &sn.Bytes)
+		if errors.Is(err, sql.ErrNoRows) {
+			return Snapshot{}, fmt.Errorf("%w: no run has changed this workspace since the server started keeping undo states", ErrNoUndo)
+		}
+		if err != nil {
+			return Snapshot{}, err
+		}
+		res, err := s.db.ExecContext(ctx, `UPDATE snapshots SET kind = 'undo-taken' WHERE id = ? AND kind = 'undo'`, sn.ID)
+		if err != nil {
+			return Snapshot{}, err
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			break
+		}
+		// A concurrent undo took it: the next state back is ours.
 	}
 	sn.Created = time.Unix(0, ns)
 	if err := s.Restore(ctx, ws, sn.ID); err != nil {
+		if _, uerr := s.db.ExecContext(context.WithoutCancel(ctx), `UPDATE snapshots SET kind = 'undo' WHERE id = ?`, sn.ID); uerr != nil {
+			s.log.Warn("an undo state could not be given back after a failed restore", "id", sn.ID, "err", uerr)
+		}
 		return Snapshot{}, err
+	}
+	if s.afterUndoRestore != nil {
+		s.afterUndoRestore()
 	}
 	if err := s.Delete(ctx, ws, sn.ID); err != nil {
 		return Snapshot{}, err
