@@ -237,6 +237,34 @@ func TestMergeCapsFilesPerRun(t *testing.T) {
 	}
 }
 
+// TestDeletionsPastMaxFiles: a run that made MaxFiles files and deleted
+// something in a directory sorted after them still has its deletion
+// applied (the directory is the workspace's, not a new entry).
+func TestDeletionsPastMaxFiles(t *testing.T) {
+	needRoot(t)
+	w := newWS(t, Options{Owner: sandboxOwner, MaxFiles: 10})
+	mustDo2(t)(w.Write(t.Context(), "zzz/old.txt", []byte("old")))
+	mustDo2(t)(w.Write(t.Context(), "zzz/keep.txt", []byte("keep")))
+	v := openRun(t, w, "past")
+	mustDo(t, os.Mkdir(filepath.Join(v.Dir(), "aaa"), 0o755))
+	for i := range 20 {
+		mustDo(t, os.WriteFile(filepath.Join(v.Dir(), "aaa", fmt.Sprintf("f%02d", i)), nil, 0o644))
+	}
+	mustDo(t, os.Mkdir(filepath.Join(v.Dir(), "new-dir"), 0o755))
+	mustDo(t, os.Remove(filepath.Join(v.Dir(), "zzz", "old.txt")))
+	ch, err := v.Close(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exists(w, "zzz/old.txt") || !exists(w, "zzz/keep.txt") || exists(w, "new-dir") {
+		t.Errorf("zzz/old.txt %v, zzz/keep.txt %v, new-dir %v; want the deletion applied, keep.txt kept, new-dir dropped: %s",
+			exists(w, "zzz/old.txt"), exists(w, "zzz/keep.txt"), exists(w, "new-dir"), mustJSON(ch))
+	}
+	if ch.CreatedCount != 9 || ch.DroppedCount != 12 || ch.DeletedCount != 1 {
+		t.Errorf("created %d, dropped %d, deleted %d; want 9 (aaa takes one of the 10), 12, 1", ch.CreatedCount, ch.DroppedCount, ch.DeletedCount)
+	}
+}
+
 // TestRunCanDeleteALargeDirectory: overlay whiteouts take tmpfs inodes, so
 // `rm -rf` of a directory with more files than the run's inode limit failed
 // with ENOSPC (issue 12 item 6). The limit now covers what the workspace

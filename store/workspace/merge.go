@@ -86,6 +86,7 @@ type node struct {
 	mtime   unix.Timespec
 	size    int64 // file: apparent size
 	staged  bool  // file: copied into the staging dir as strconv.Itoa(index)
+	overCap bool  // dir: seen past MaxFiles; applied only if the workspace has it
 	old     oldKind
 	oldSize int64
 	wasFile bool // an opaque parent's clear removed a regular file of this name
@@ -278,13 +279,15 @@ func (m *merger) walk(ctx context.Context, fd int, rel string, depth int, opaque
 		mode := fs.FileMode(st.Mode & 0o7777 &^ (unix.S_ISUID | unix.S_ISGID | unix.S_ISVTX))
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFDIR:
-			if m.runFiles >= m.w.opts.MaxFiles {
-				m.drop(p+"/", DropTooManyFiles)
-				continue
+			// Past MaxFiles a directory is still walked: it may be one the
+			// workspace has (copied up), holding the run's deletions. Only
+			// if it is new is it dropped, at apply.
+			overCap := m.runFiles >= m.w.opts.MaxFiles
+			if !overCap {
+				m.runFiles++
 			}
-			m.runFiles++
 			i := len(m.nodes)
-			m.nodes = append(m.nodes, node{name: name, kind: kDir, mode: mode.Perm(), mtime: st.Mtim})
+			m.nodes = append(m.nodes, node{name: name, kind: kDir, mode: mode.Perm(), mtime: st.Mtim, overCap: overCap})
 			child, err := openDirAt(fd, name)
 			if err != nil {
 				m.fail(p+"/", err)
@@ -527,6 +530,10 @@ func (m *merger) creations(fd int, rel string, from, to int32) {
 			}
 		case kDir:
 			if n.old != oldDir {
+				if n.overCap {
+					m.drop(p+"/", DropTooManyFiles)
+					continue
+				}
 				if m.count+1 > o.MaxWorkspaceFiles {
 					m.drop(p+"/", DropWorkspaceFiles)
 					continue
