@@ -11,22 +11,12 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
-func needMounts(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv(testenv.EnvRequire) == "1" {
-			t.Fatal("this test mounts and must run as root")
-		}
-		t.Skip("needs root to mount")
-	}
-}
-
 // TestDestroyWarmNeverRemovesThroughAMount: destroyWarm (and the janitor)
 // unmounted ws/ and then RemoveAll'd the sandbox dir; a workspace bound
 // anywhere below it (a mount that landed after the unmount loop, or one the
 // loop does not know) was deleted through the mount (security review L6).
 func TestDestroyWarmNeverRemovesThroughAMount(t *testing.T) {
-	needMounts(t)
+	testenv.NeedRoot(t, "mounting")
 	tests := []struct {
 		name  string
 		setup func(t *testing.T, dir, workspace string) (keep string)

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
 // The server's memory while it merges a hostile run's changes (issue 12:
@@ -59,7 +61,7 @@ func procStatus(t testing.TB, key string) int64 {
 func peakDuring(t testing.TB, fn func()) int64 {
 	t.Helper()
 	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
-		t.Skipf("cannot reset the peak RSS: %v", err)
+		testenv.Skip(t, fmt.Sprintf("cannot reset the peak RSS: %v", err))
 	}
 	base := procStatus(t, "VmRSS")
 	fn()
