@@ -509,12 +509,18 @@ func (m *merger) creations(fd int, rel string, from, to int32) {
 			if n.old == oldFile {
 				delta, added = n.size-n.oldSize, 0
 			}
+			reason := ""
 			switch {
 			case delta > 0 && m.used+delta > o.MaxSize:
-				m.drop(p, DropWorkspaceSize)
-				continue
+				reason = DropWorkspaceSize
 			case added > 0 && m.count+added > o.MaxWorkspaceFiles:
-				m.drop(p, DropWorkspaceFiles)
+				reason = DropWorkspaceFiles
+			}
+			if reason != "" {
+				m.drop(p, reason)
+				if n.wasFile { // the old version went with its opaque directory
+					m.ch.deleted(p)
+				}
 				continue
 			}
 			if err := unix.Renameat(m.stage, strconv.Itoa(int(i)), fd, n.name); err != nil {
