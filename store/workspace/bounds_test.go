@@ -463,3 +463,34 @@ func TestDroppedPathsLogBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestMergeOpaqueNested: a directory the run removed and recreated loses
+// all its old content, at every depth below it, and files rewritten at the
+// same paths count as modified.
+func TestMergeOpaqueNested(t *testing.T) {
+	needRoot(t)
+	w := newWS(t, Options{Owner: sandboxOwner})
+	for _, p := range []string{"d/sub/old", "d/sub/x", "d/top", "d/gone/deep/f", "keep"} {
+		mustDo2(t)(w.Write(t.Context(), p, []byte("old")))
+	}
+	v := openRun(t, w, "opaque")
+	if out, err := runAs(t, sandboxOwner, v.Dir(), "rm -rf d && mkdir -p d/sub && echo new > d/sub/x && echo new > d/fresh"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	ch, err := v.Close(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	filepath.WalkDir(w.Dir(), func(p string, d fs.DirEntry, err error) error {
+		rel, _ := filepath.Rel(w.Dir(), p)
+		got = append(got, rel)
+		return nil
+	})
+	if want := ". d d/fresh d/sub d/sub/x keep"; strings.Join(got, " ") != want {
+		t.Errorf("workspace = %v, want %s", got, want)
+	}
+	if fmt.Sprint(ch.Created, ch.Modified, ch.Deleted) != "[d/fresh] [d/sub/x] [d/gone/ d/sub/old d/top]" {
+		t.Errorf("changes = %s", mustJSON(ch))
+	}
+}
