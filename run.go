@@ -49,7 +49,8 @@ type Result struct {
 	StderrBytes     int64         `json:"stderr_bytes"`
 	Started         time.Time     `json:"started"`
 	Duration        time.Duration `json:"-"`
-	DurationMS      int64         `json:"duration_ms"`
+	DurationMS      int64         `json:"duration_ms"`                 // from when the sandbox got the request; the workspace open is apart
+	WorkspaceOpenMS int64         `json:"workspace_open_ms,omitempty"` // opening the workspace view (and recording the undo state)
 	Usage           Usage         `json:"usage"`
 	Limits          Limits        `json:"limits"`
 	Files           *Changes      `json:"files,omitempty"` // workspace changes, when a workspace was attached

@@ -3,10 +3,38 @@ package sandpit
 import "context"
 
 // Changes lists workspace paths (relative to WorkspaceDir) a run changed.
+// Directory paths end in "/". The lists are bounded (a workspace names at
+// most a thousand paths in all, "and N more"): the counts cover every
+// change, and Truncated says the lists name fewer.
 type Changes struct {
 	Created  []string `json:"created"`
 	Modified []string `json:"modified"`
 	Deleted  []string `json:"deleted"`
+	// Dropped lists what the run made that did not come back into the
+	// workspace, each with why (a symlink, a bound reached).
+	Dropped []DroppedPath `json:"dropped,omitempty"`
+
+	CreatedCount  int  `json:"created_count"`
+	ModifiedCount int  `json:"modified_count"`
+	DeletedCount  int  `json:"deleted_count"`
+	DroppedCount  int  `json:"dropped_count"`
+	Truncated     bool `json:"truncated,omitempty"`
+
+	// Discarded: none of the run's changes reached the workspace; Reason
+	// says why (the merge ran out of time, the disk is full...).
+	Discarded bool   `json:"discarded,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+
+	BytesWritten int64 `json:"bytes_written"` // apparent size of the files written back
+	MergeMS      int64 `json:"merge_ms"`      // how long the write-back took
+}
+
+// DroppedPath is a path a run made that did not come back, and why: a type
+// ("symlink", "fifo", "socket", "device") or a bound ("too_deep",
+// "run_bytes_limit", "workspace_size_limit", ...).
+type DroppedPath struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
 }
 
 // Workspace gives each run its own view of the agent's files.

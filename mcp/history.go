@@ -333,6 +333,7 @@ func formatRecord(r RunRecord) string {
 	if f := r.Files; f != nil && len(f.Created)+len(f.Modified)+len(f.Deleted) > 0 {
 		fmt.Fprintf(&b, "workspace: created %v, modified %v, deleted %v\n", f.Created, f.Modified, f.Deleted)
 	}
+	b.WriteString(changesNote(r.Files))
 	return b.String()
 }
 

@@ -164,6 +164,27 @@ func formatRun(r RunCodeResult) string {
 	if f := r.Files; f != nil && len(f.Created)+len(f.Modified)+len(f.Deleted) > 0 {
 		fmt.Fprintf(&b, "workspace: created %v, modified %v, deleted %v\n", f.Created, f.Modified, f.Deleted)
 	}
+	b.WriteString(changesNote(r.Files))
+	return b.String()
+}
+
+// changesNote says what the workspace lines above leave out: changes not
+// applied at all, paths not listed, entries dropped (with the reasons in
+// files.dropped).
+func changesNote(f *sandpit.Changes) string {
+	switch {
+	case f == nil:
+		return ""
+	case f.Discarded:
+		return "workspace: none of the run's changes were applied: " + f.Reason + "\n"
+	}
+	var b strings.Builder
+	if f.Truncated {
+		fmt.Fprintf(&b, "workspace: %d created, %d modified, %d deleted in all (not all listed)\n", f.CreatedCount, f.ModifiedCount, f.DeletedCount)
+	}
+	if f.DroppedCount > 0 {
+		fmt.Fprintf(&b, "workspace: %d entries did not come back (see files.dropped for which and why)\n", f.DroppedCount)
+	}
 	return b.String()
 }
 

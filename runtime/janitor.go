@@ -15,7 +15,6 @@ import (
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/snapshots"
-	"golang.org/x/sys/unix"
 )
 
 // Sweep removes every container, task and snapshot labelled with this
@@ -82,11 +81,8 @@ func (r *Runtime) sweepCount(ctx context.Context, c *containerd.Client) (int, er
 			continue
 		}
 		// A pooled sandbox's ws/ is a mount point (maybe with a workspace
-		// view stacked on it): unmount before removing.
-		ws := filepath.Join(runs, e.Name(), "ws")
-		for unix.Unmount(ws, unix.MNT_DETACH) == nil {
-		}
-		if err := os.RemoveAll(filepath.Join(runs, e.Name())); err != nil {
+		// view stacked on it): never removed recursively.
+		if err := removeRunDir(filepath.Join(runs, e.Name())); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -329,11 +329,10 @@ func (r *Runtime) destroyWarm(w *warm) {
 	if w.sb != nil {
 		r.destroy(ctx, w.sb)
 	}
-	ws := filepath.Join(w.dir, "ws")
-	// Lazily: the workspace view may still be stacked on it.
-	for unix.Unmount(ws, unix.MNT_DETACH) == nil {
+	// ws/ may still carry the workspace view: never removed recursively.
+	if err := removeRunDir(w.dir); err != nil {
+		r.log.Warn("pooled sandbox dir left in place; the janitor retries", "err", err)
 	}
-	os.RemoveAll(w.dir)
 	r.setLive(filepath.Base(w.dir), false)
 }
 

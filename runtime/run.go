@@ -67,9 +67,13 @@ func (r *Runtime) Run(ctx context.Context, req sandpit.Request) (*sandpit.Result
 			return nil, fmt.Errorf("workspace: %w", err)
 		}
 	}
+	// The run's time starts once its view is ready: opening it records the
+	// undo state, which can take long, and is reported apart (review M8).
+	tOpen := time.Since(started)
+	res.WorkspaceOpenMS = tOpen.Milliseconds()
+	started = time.Now()
 	deadline := started.Add(timeout)
 
-	tOpen := time.Since(started)
 	if p := r.pooled[lang.Name]; p != nil {
 		defer p.refill()
 	}
@@ -77,7 +81,7 @@ func (r *Runtime) Run(ctx context.Context, req sandpit.Request) (*sandpit.Result
 	ran := false
 	if w := r.claimWarm(lang); w != nil {
 		out, err = r.runWarm(ctx, w, lang, req, view, deadline)
-		r.log.Debug("warm run", "id", id, "view_open", tOpen, "run", time.Since(started)-tOpen)
+		r.log.Debug("warm run", "id", id, "view_open", tOpen, "run", time.Since(started))
 		if view != nil {
 			if derr := detachWorkspace(w); derr != nil && err == nil {
 				err = fmt.Errorf("detach workspace: %w", derr)

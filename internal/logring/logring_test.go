@@ -159,3 +159,53 @@ func (d *lockedDiscard) Write(p []byte) (int, error) {
 	defer d.mu.Unlock()
 	return len(p), nil
 }
+
+// TestRecordsAreBounded: the ring kept every attribute whole, so one record
+// listing 10,000 dropped paths was 35 MiB, served by sandbox://logs (review
+// M6). Every kept record now fits MaxRecordBytes of JSON, with markers where
+// something was cut; small records are unchanged.
+func TestRecordsAreBounded(t *testing.T) {
+	r := New(10, nil)
+	log := slog.New(r.Handler(nil))
+	long := strings.Repeat("p", 100<<10)
+	paths := make([]string, 10000)
+	for i := range paths {
+		paths[i] = fmt.Sprintf("%05d%s", i, strings.Repeat("l", 240))
+	}
+	many := make([]any, 0, 2000)
+	for i := range 1000 {
+		many = append(many, fmt.Sprint("k", i), strings.Repeat("v", 100))
+	}
+	tests := []struct {
+		name   string
+		log    func()
+		marker string
+	}{
+		{"long string", func() { log.Info("x", "s", long) }, "bytes cut"},
+		{"long message", func() { log.Info(long) }, "bytes cut"},
+		{"big slice", func() { log.Info("dropped", "paths", paths) }, "bytes cut"},
+		{"long error", func() { log.Info("x", "err", errors.New(long)) }, "bytes cut"},
+		{"many attributes", func() { log.Info("x", many...) }, "more attributes"},
+		{"many in a group", func() { log.Info("x", slog.Group("g", many...)) }, "more attributes"},
+		{"long key", func() { log.Info("x", long, 1) }, "cut"},
+		{"escaped characters", func() { log.Info("<&>", "s", strings.Repeat("<\x01\"\xff", 20000)) }, "bytes cut"},
+		{"with attrs and groups", func() {
+			log.With(many...).WithGroup(long).With("a", long).Info("x", many...)
+		}, "more attributes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.log()
+			b, err := json.Marshal(r.Records(1)[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b) > 4<<10 {
+				t.Errorf("record is %d bytes of JSON, want at most 4 KiB", len(b))
+			}
+			if !strings.Contains(string(b), tt.marker) {
+				t.Errorf("record %.200s... has no %q marker", b, tt.marker)
+			}
+		})
+	}
+}

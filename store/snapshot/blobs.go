@@ -1,24 +1,28 @@
 package snapshot
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandpit-dev/sandpit/internal/sparse"
 )
 
 // blobs is a content-addressed store: blobs/sha256/ab/abcdef... Each blob is
 // written to a temporary file and renamed into place, so a blob that exists
 // is complete; sync makes every new blob durable with one syncfs before the
 // index may reference it (one fsync per blob costs seconds per thousand
-// files). Blobs are read-only (0444) and never modified.
+// files). Blobs are read-only (0444) and never modified. Blobs keep their
+// source's holes: a sparse file costs the store its data, not its apparent
+// size.
 type blobs struct{ dir string }
 
 func (b blobs) path(sum string) string {
@@ -30,40 +34,41 @@ func (b blobs) has(sum string) bool {
 	return err == nil
 }
 
-// put streams r into the store and returns its SHA-256 and size.
-func (b blobs) put(r io.Reader) (string, int64, error) {
+// put copies the first size bytes of r into the store, sparse-aware, and
+// returns their SHA-256.
+func (b blobs) put(ctx context.Context, r *os.File, size int64) (string, error) {
 	tmpDir := filepath.Join(b.dir, "tmp")
 	if err := os.MkdirAll(tmpDir, 0o700); err != nil {
-		return "", 0, err
+		return "", err
 	}
 	f, err := os.CreateTemp(tmpDir, "blob-")
 	if err != nil {
-		return "", 0, err
+		return "", err
 	}
 	defer os.Remove(f.Name())
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), r)
+	_, err = sparse.Copy(ctx, f, r, size, h)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return "", 0, fmt.Errorf("store blob: %w", err)
+		return "", fmt.Errorf("store blob: %w", err)
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
 	if b.has(sum) {
-		return sum, n, nil
+		return sum, nil
 	}
 	dst := b.path(sum)
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
-		return "", 0, err
+		return "", err
 	}
 	if err := os.Chmod(f.Name(), 0o444); err != nil {
-		return "", 0, err
+		return "", err
 	}
 	if err := os.Rename(f.Name(), dst); err != nil {
-		return "", 0, fmt.Errorf("store blob: %w", err)
+		return "", fmt.Errorf("store blob: %w", err)
 	}
-	return sum, n, nil
+	return sum, nil
 }
 
 // sync flushes the filesystem holding the blobs.
@@ -76,11 +81,12 @@ func (b blobs) sync() error {
 	return unix.Syncfs(int(f.Fd()))
 }
 
-// hash computes r's SHA-256 without storing it.
-func hash(r io.Reader) (string, int64, error) {
+// hash computes the SHA-256 of r's first size bytes without storing them
+// (holes are not read).
+func hash(ctx context.Context, r *os.File, size int64) (string, error) {
 	h := sha256.New()
-	n, err := io.Copy(h, r)
-	return hex.EncodeToString(h.Sum(nil)), n, err
+	_, err := sparse.Copy(ctx, nil, r, size, h)
+	return hex.EncodeToString(h.Sum(nil)), err
 }
 
 // walk calls fn for every stored blob.

@@ -37,7 +37,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -52,8 +51,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/sparse"
 	"github.com/sandpit-dev/sandpit/store/workspace"
 )
+
+// reservedPrefix starts the names of sandpit's own temporary files and
+// directories in a workspace (workspace refuses it for user files).
+const reservedPrefix = ".sandpit-tmp-"
 
 var (
 	ErrNotFound = sandpit.Define(sandpit.ErrNotFound, "unknown snapshot")
@@ -70,6 +74,8 @@ type Store struct {
 	maxUndo int
 	log     *slog.Logger
 	gc      sync.RWMutex
+
+	afterUndoRestore func() // tests: runs between an undo's restore and its row's removal
 }
 
 // Options configure a Store.
@@ -113,6 +119,12 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	s := &Store{db: db, blobs: blobs{dir: filepath.Join(dir, "blobs")}, maxUndo: opts.MaxUndo, log: opts.Logger}
 	if err := s.migrate(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("snapshot store %s: %w", dir, err)
+	}
+	// An undo interrupted by a crash gives its state back: it may not have
+	// been restored.
+	if _, err := db.Exec(`UPDATE snapshots SET kind = 'undo' WHERE kind = 'undo-taken'`); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("snapshot store %s: %w", dir, err)
 	}
@@ -282,7 +294,15 @@ func (s *Store) scanCount(ctx context.Context, ws *workspace.Workspace, prev map
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if p == "." || strings.HasPrefix(d.Name(), ".sandpit-tmp-") {
+			if p == "." {
+				return nil
+			}
+			if strings.HasPrefix(d.Name(), reservedPrefix) {
+				// sandpit's own temporary files and staging directories
+				// (the workspace refuses such names for user files).
+				if d.IsDir() {
+					return fs.SkipDir
+				}
 				return nil
 			}
 			fi, err := d.Info()
@@ -299,7 +319,7 @@ func (s *Store) scanCount(ctx context.Context, ws *workspace.Workspace, prev map
 				// blobs it frees, and cannot run while this scan holds gc.
 				if c, ok := prev[p]; ok && c.stat == st {
 					e.SHA = c.SHA
-				} else if e.SHA, err = s.hashFile(r, p, fi, store); err != nil {
+				} else if e.SHA, err = s.hashFile(ctx, r, p, fi, store); err != nil {
 					return fmt.Errorf("snapshot %s: %w", p, err)
 				} else {
 					read++
@@ -316,26 +336,21 @@ func (s *Store) scanCount(ctx context.Context, ws *workspace.Workspace, prev map
 	return out, next, read, err
 }
 
-func (s *Store) hashFile(r *os.Root, p string, fi fs.FileInfo, store bool) (string, error) {
+// hashFile hashes p (and with store, copies it into the blob store),
+// sparse-aware: holes are neither read nor written.
+func (s *Store) hashFile(ctx context.Context, r *os.Root, p string, fi fs.FileInfo, store bool) (string, error) {
 	f, err := r.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
-	if fi2, err := f.Stat(); err != nil || !os.SameFile(fi, fi2) || !fi2.Mode().IsRegular() {
+	if fi2, err := f.Stat(); err != nil || !os.SameFile(fi, fi2) || !fi2.Mode().IsRegular() || fi2.Size() != fi.Size() {
 		return "", fmt.Errorf("file changed while it was recorded")
 	}
-	var sum string
-	var n int64
 	if store {
-		sum, n, err = s.blobs.put(f)
-	} else {
-		sum, n, err = hash(f)
+		return s.blobs.put(ctx, f, fi.Size())
 	}
-	if err == nil && n != fi.Size() {
-		err = fmt.Errorf("file changed while it was recorded")
-	}
-	return sum, err
+	return hash(ctx, f, fi.Size())
 }
 
 func treeHash(es []entry) string {
@@ -545,7 +560,7 @@ func (s *Store) build(ctx context.Context, ws *workspace.Workspace, stage string
 			return err
 		}
 		if !linked {
-			if err := s.copyBlob(r, e, owner, chown); err != nil {
+			if err := s.copyBlob(ctx, r, e, owner, chown); err != nil {
 				return fmt.Errorf("restore %s: %w", e.Path, err)
 			}
 		}
@@ -594,7 +609,8 @@ func linkSame(cur *os.Root, e entry, dst string, c cached, owner workspace.Owner
 	return err == nil, nil
 }
 
-func (s *Store) copyBlob(r *os.Root, e entry, owner workspace.Owner, chown bool) error {
+// copyBlob writes e's content from its blob, keeping the blob's holes.
+func (s *Store) copyBlob(ctx context.Context, r *os.Root, e entry, owner workspace.Owner, chown bool) error {
 	src, err := os.Open(s.blobs.path(e.SHA))
 	if err != nil {
 		return fmt.Errorf("blob %s: %w", e.SHA, err)
@@ -604,7 +620,7 @@ func (s *Store) copyBlob(r *os.Root, e entry, owner workspace.Owner, chown bool)
 	if err != nil {
 		return err
 	}
-	_, err = io.Copy(f, src)
+	_, err = sparse.Copy(ctx, f, src, e.Size, nil)
 	if err == nil {
 		err = f.Chmod(e.Mode)
 	}
@@ -767,20 +783,41 @@ func (s *Store) BeforeRun(ctx context.Context, ws *workspace.Workspace, runID st
 
 // UndoLastRun puts the workspace back to its state before the most recent
 // run and forgets that state, so a second call goes back one run further.
+//
+// The state is taken out of BeforeRun's reach (kind 'undo-taken') before
+// the restore: a run that opens between the restore and the state's
+// removal finds the workspace equal to it, and must record a state of its
+// own rather than reuse the one about to go (review M4).
 func (s *Store) UndoLastRun(ctx context.Context, ws *workspace.Workspace) (Snapshot, error) {
 	var sn Snapshot
 	var ns int64
-	err := s.db.QueryRowContext(ctx, `SELECT id, description, created_ns, files, bytes FROM snapshots WHERE workspace = ? AND kind = 'undo' ORDER BY seq DESC LIMIT 1`, ws.ID()).
-		Scan(&sn.ID, &sn.Description, &ns, &sn.Files, &sn.Bytes)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Snapshot{}, fmt.Errorf("%w: no run has changed this workspace since the server started keeping undo states", ErrNoUndo)
-	}
-	if err != nil {
-		return Snapshot{}, err
+	for {
+		err := s.db.QueryRowContext(ctx, `SELECT id, description, created_ns, files, bytes FROM snapshots WHERE workspace = ? AND kind = 'undo' ORDER BY seq DESC LIMIT 1`, ws.ID()).
+			Scan(&sn.ID, &sn.Description, &ns, &sn.Files, &sn.Bytes)
+		if errors.Is(err, sql.ErrNoRows) {
+			return Snapshot{}, fmt.Errorf("%w: no run has changed this workspace since the server started keeping undo states", ErrNoUndo)
+		}
+		if err != nil {
+			return Snapshot{}, err
+		}
+		res, err := s.db.ExecContext(ctx, `UPDATE snapshots SET kind = 'undo-taken' WHERE id = ? AND kind = 'undo'`, sn.ID)
+		if err != nil {
+			return Snapshot{}, err
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			break
+		}
+		// A concurrent undo took it: the next state back is ours.
 	}
 	sn.Created = time.Unix(0, ns)
 	if err := s.Restore(ctx, ws, sn.ID); err != nil {
+		if _, uerr := s.db.ExecContext(context.WithoutCancel(ctx), `UPDATE snapshots SET kind = 'undo' WHERE id = ?`, sn.ID); uerr != nil {
+			s.log.Warn("an undo state could not be given back after a failed restore", "id", sn.ID, "err", uerr)
+		}
 		return Snapshot{}, err
+	}
+	if s.afterUndoRestore != nil {
+		s.afterUndoRestore()
 	}
 	if err := s.Delete(ctx, ws, sn.ID); err != nil {
 		return Snapshot{}, err

@@ -22,6 +22,9 @@ var (
 	ErrQuota            = sandpit.Define(sandpit.ErrResourceExhausted, "workspace size limit reached")
 	// ErrBusy: a run is writing to the workspace; a restore must wait for it.
 	ErrBusy = sandpit.Define(sandpit.ErrConflict, "a run is using the workspace")
+	// ErrNoUndoState: the state before a run could not be recorded, so the
+	// run did not start (undo_last_run could not have taken it back).
+	ErrNoUndoState = sandpit.Define(sandpit.ErrUnavailable, "the workspace's state before the run could not be recorded for undo_last_run, so the run did not start")
 )
 
 // PathError is a failed operation on one workspace path.

@@ -7,10 +7,12 @@ import (
 	"github.com/sandpit-dev/sandpit"
 )
 
-// Path limits: Linux's PATH_MAX and NAME_MAX.
+// Path limits: Linux's PATH_MAX and NAME_MAX, and a depth. The file tools
+// refuse paths past them; a run's entries past them are dropped at merge.
 const (
 	MaxPathBytes = 4096
 	MaxNameBytes = 255
+	MaxDepth     = 64 // path components
 )
 
 // Clean turns a caller's path into a clean slash-separated path relative to
@@ -34,7 +36,11 @@ func Clean(p string) (string, error) {
 	if c == ".." || strings.HasPrefix(c, "../") {
 		return "", pathErr(op, p, ErrOutsideWorkspace, "\"..\" climbs out of the workspace root")
 	}
-	for _, name := range strings.Split(c, "/") {
+	names := strings.Split(c, "/")
+	if len(names) > MaxDepth {
+		return "", pathErr(op, p[:min(len(p), 64)]+"...", ErrInvalidPath, "the path is %d levels deep, at most %d are allowed", len(names), MaxDepth)
+	}
+	for _, name := range names {
 		if len(name) > MaxNameBytes {
 			return "", pathErr(op, p, ErrInvalidPath, "a path component is %d bytes long, at most %d are allowed", len(name), MaxNameBytes)
 		}

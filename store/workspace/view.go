@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
+	"maps"
 	"os"
-	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -63,7 +62,13 @@ func (w *Workspace) Open(ctx context.Context, runID string) (sandpit.View, error
 	w.runs.RLock()
 	if w.opts.BeforeRun != nil {
 		if err := w.opts.BeforeRun(ctx, w, runID); err != nil {
-			w.log.Warn("no undo state for this run", "run", runID, "err", err)
+			w.runs.RUnlock()
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("workspace view: %w", ctx.Err())
+			}
+			// The cause may name host paths: it goes to the log only.
+			w.log.Warn("no undo state could be recorded: the run does not start", "run", runID, "err", err)
+			return nil, sandpit.WithHint(ErrNoUndoState, "try again; if it keeps failing, the server's disk may be full (the server log has the cause)")
 		}
 	}
 	if !w.overlay {
@@ -78,7 +83,15 @@ func (w *Workspace) Open(ctx context.Context, runID string) (sandpit.View, error
 		w.runs.RUnlock()
 		return nil, fmt.Errorf("workspace view for run %s: %w", runID, err)
 	}
-	m, err := mountRun(dir, w.dir, w.opts.Quota, w.opts.MaxFiles, w.opts.Owner)
+	// Overlay whiteouts take tmpfs inodes: the run may create MaxFiles
+	// entries and also delete everything the workspace holds.
+	entries, err := w.entries()
+	if err != nil {
+		os.Remove(dir)
+		w.runs.RUnlock()
+		return nil, fmt.Errorf("workspace view for run %s: %w", runID, err)
+	}
+	m, err := mountRun(dir, w.dir, w.opts.Quota, w.opts.MaxFiles+entries+inodeSlack, w.opts.Owner)
 	if err != nil {
 		os.Remove(dir)
 		w.runs.RUnlock()
@@ -216,199 +229,26 @@ type overlayView struct {
 func (v *overlayView) Dir() string { return v.m.merged }
 
 // Close unmounts the overlay, merges the run's changes into the workspace
-// under the exclusive lock, and releases the mounts.
+// (see merge.go: all of them or none, the exclusive lock held only to apply
+// them), and releases the mounts. Whatever goes wrong is said in the
+// Changes (Discarded, Reason, Dropped), so the run's result is never lost;
+// the error is always nil.
 func (v *overlayView) Close(ctx context.Context) (*sandpit.Changes, error) {
 	v.once.Do(func() {
 		w := v.w
 		defer w.runs.RUnlock()
 		if err := unmountAll(v.m.merged); err != nil {
-			v.err = fmt.Errorf("run %s: changes discarded: %w", v.runID, err)
+			w.log.Warn("run view could not be unmounted: its changes are discarded", "run", v.runID, "err", err)
+			v.changes = &sandpit.Changes{Created: []string{}, Modified: []string{}, Deleted: []string{}, Discarded: true,
+				Reason: "an internal error stopped the merge (the server log has the cause); none of the run's changes were applied"}
 			return
 		}
-		w.mu.Lock()
-		w.used = -1
-		v.changes, v.err = w.merge(ctx, v.m.upper)
-		w.mu.Unlock()
+		v.changes = w.merge(ctx, v.runID, v.m.upper)
 		if err := v.m.release(); err != nil {
 			w.log.Warn("run view not fully released; Sweep removes it at next start", "run", v.runID, "err", err)
 		}
 	})
 	return v.changes, v.err
-}
-
-// merger applies an overlay upper dir to the workspace.
-type merger struct {
-	w       *Workspace
-	r       *os.Root
-	upper   string
-	ch      sandpit.Changes
-	hidden  map[string]bool // files under opaque dirs, deleted before their dir was refilled
-	skipped []string
-}
-
-func (w *Workspace) merge(ctx context.Context, upper string) (*sandpit.Changes, error) {
-	r, err := os.OpenRoot(w.dir)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	m := &merger{w: w, r: r, upper: upper, hidden: map[string]bool{}}
-	err = m.dir(ctx, ".")
-	for p := range m.hidden {
-		m.ch.Deleted = append(m.ch.Deleted, p)
-	}
-	if len(m.skipped) > 0 {
-		w.log.Info("run created entries that are not regular files or directories; they were dropped", "paths", m.skipped)
-	}
-	for _, l := range [][]string{m.ch.Created, m.ch.Modified, m.ch.Deleted} {
-		slices.Sort(l)
-	}
-	return &m.ch, err
-}
-
-func (m *merger) dir(ctx context.Context, rel string) error {
-	ents, err := os.ReadDir(filepath.Join(m.upper, rel))
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		p := path.Join(rel, e.Name())
-		info, err := e.Info()
-		if err != nil {
-			return err
-		}
-		if err := m.entry(ctx, p, info); err != nil {
-			return fmt.Errorf("merge %s: %w", p, err)
-		}
-	}
-	return nil
-}
-
-func (m *merger) entry(ctx context.Context, p string, info fs.FileInfo) error {
-	cur, err := m.r.Lstat(p)
-	exists := err == nil
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	mode := info.Mode()
-	switch {
-	case isWhiteout(info):
-		if exists {
-			if err := m.r.RemoveAll(p); err != nil {
-				return err
-			}
-			m.deleted(p, cur)
-		}
-	case mode.IsDir():
-		if exists && !cur.IsDir() {
-			if err := m.r.RemoveAll(p); err != nil {
-				return err
-			}
-			m.deleted(p, cur)
-			exists = false
-		}
-		if exists && isOpaque(filepath.Join(m.upper, p)) {
-			if err := m.clear(p); err != nil {
-				return err
-			}
-		}
-		if !exists {
-			if err := m.r.Mkdir(p, 0o700); err != nil {
-				return err
-			}
-		}
-		if err := m.dir(ctx, p); err != nil {
-			return err
-		}
-		if err := m.r.Chmod(p, mode.Perm()); err != nil {
-			return err
-		}
-		if err := m.w.rootChown(m.r, p); err != nil {
-			return err
-		}
-		return m.r.Chtimes(p, info.ModTime(), info.ModTime())
-	case mode.IsRegular():
-		if exists && cur.IsDir() {
-			if err := m.r.RemoveAll(p); err != nil {
-				return err
-			}
-			m.deleted(p, cur)
-			exists = false
-		}
-		src, err := os.OpenFile(filepath.Join(m.upper, p), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-		if err != nil {
-			return err
-		}
-		defer src.Close()
-		if err := m.w.writeAtomic(m.r, p, mode.Perm(), info.ModTime(), func(f *os.File) error {
-			_, err := io.Copy(f, src)
-			return err
-		}); err != nil {
-			return err
-		}
-		switch {
-		case exists || m.hidden[p]:
-			delete(m.hidden, p)
-			m.ch.Modified = append(m.ch.Modified, p)
-		default:
-			m.ch.Created = append(m.ch.Created, p)
-		}
-	default:
-		// A symlink, FIFO, socket or device: never brought back. Whatever the
-		// run replaced with it is gone in its view, so it goes here too.
-		m.skipped = append(m.skipped, p)
-		if exists {
-			if err := m.r.RemoveAll(p); err != nil {
-				return err
-			}
-			m.deleted(p, cur)
-		}
-	}
-	return nil
-}
-
-func (m *merger) deleted(p string, fi fs.FileInfo) {
-	if fi.IsDir() {
-		p += "/"
-	}
-	m.ch.Deleted = append(m.ch.Deleted, p)
-}
-
-// clear empties a directory that the run made opaque (removed and
-// recreated): the run saw none of its old entries. Old regular files are
-// remembered so that refilled ones count as modified, not created.
-func (m *merger) clear(dir string) error {
-	ents, err := fs.ReadDir(m.r.FS(), dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		p := path.Join(dir, e.Name())
-		fs.WalkDir(m.r.FS(), p, func(q string, d fs.DirEntry, err error) error {
-			if err == nil && !d.IsDir() {
-				m.hidden[q] = true
-			}
-			return nil
-		})
-		if err := m.r.RemoveAll(p); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func isWhiteout(fi fs.FileInfo) bool {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	return ok && fi.Mode()&fs.ModeCharDevice != 0 && st.Rdev == 0
-}
-
-func isOpaque(p string) bool {
-	buf := make([]byte, 8)
-	n, err := unix.Lgetxattr(p, "trusted.overlay.opaque", buf)
-	return err == nil && n == 1 && buf[0] == 'y'
 }
 
 // bindView is the fallback without mounts: the run writes the workspace
@@ -442,6 +282,12 @@ func (w *Workspace) statAll() (map[string]fileID, error) {
 		if err != nil || p == w.dir {
 			return nil
 		}
+		if isReserved(d.Name()) {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
 		fi, err := d.Info()
 		if err != nil {
 			return nil
@@ -467,45 +313,52 @@ func (v *bindView) Close(ctx context.Context) (*sandpit.Changes, error) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		w.used = -1
+		var c changeList
 		// Drop what must never come back: symlinks, FIFOs, sockets, devices.
 		var drop []string
 		filepath.WalkDir(w.dir, func(p string, d fs.DirEntry, err error) error {
-			if err == nil && !d.IsDir() && !d.Type().IsRegular() {
+			if err != nil || p == w.dir {
+				return nil
+			}
+			rel, _ := filepath.Rel(w.dir, p)
+			switch {
+			case isReserved(d.Name()):
 				drop = append(drop, p)
+				c.drop(filepath.ToSlash(rel)+dirSuffix(d.IsDir()), DropReserved)
+				if d.IsDir() {
+					return fs.SkipDir
+				}
+			case !d.IsDir() && !d.Type().IsRegular():
+				drop = append(drop, p)
+				c.drop(filepath.ToSlash(rel), typeName(d.Type()))
 			}
 			return nil
 		})
 		for _, p := range drop {
-			os.Remove(p)
+			os.RemoveAll(p)
 		}
 		after, err := w.statAll()
 		if err != nil {
 			v.err = err
 			return
 		}
-		ch := &sandpit.Changes{}
-		for p, a := range after {
+		for _, p := range slices.Sorted(maps.Keys(after)) {
+			a := after[p]
 			b, ok := v.before[p]
 			switch {
 			case a.dir:
 			case !ok || b.dir:
-				ch.Created = append(ch.Created, p)
+				c.created(p)
 			case a != b:
-				ch.Modified = append(ch.Modified, p)
+				c.modified(p)
 			}
 		}
-		for p, b := range v.before {
+		for _, p := range slices.Sorted(maps.Keys(v.before)) {
 			if _, ok := after[p]; !ok {
-				if b.dir {
-					p += "/"
-				}
-				ch.Deleted = append(ch.Deleted, p)
+				c.deleted(p + dirSuffix(v.before[p].dir))
 			}
 		}
-		for _, l := range [][]string{ch.Created, ch.Modified, ch.Deleted} {
-			slices.Sort(l)
-		}
-		v.ch = ch
+		v.ch = c.changes()
 	})
 	return v.ch, v.err
 }

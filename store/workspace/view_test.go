@@ -78,7 +78,11 @@ func TestViewWritesBackOnClose(t *testing.T) {
 		Created:  []string{"hardlink", "made/deep/out.csv", "opaque/new"},
 		Modified: []string{"edit.txt", "keep.txt"},
 		Deleted:  []string{"gone.txt", "olddir/", "opaque/old"},
+		Dropped:  []sandpit.DroppedPath{{Path: "escape", Reason: "symlink"}, {Path: "fifo", Reason: "fifo"}, {Path: "outlink", Reason: "symlink"}},
+		// The counts; hardlink, out.csv, new, edit.txt and keep.txt are 27 bytes.
+		CreatedCount: 3, ModifiedCount: 2, DeletedCount: 3, DroppedCount: 3, BytesWritten: 27,
 	}
+	ch.MergeMS = 0
 	if fmt.Sprint(ch) != fmt.Sprint(want) {
 		t.Errorf("Changes = %+v\nwant      %+v", ch, want)
 	}

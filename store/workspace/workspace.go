@@ -41,11 +41,25 @@ type Options struct {
 	// Quota bounds the bytes a single run may write (its changes, not the
 	// whole workspace): the run gets ENOSPC beyond it. Default 1 GiB.
 	Quota int64
-	// MaxFiles bounds the files and directories a run may create. Default 100000.
+	// MaxFiles bounds the files and directories one run brings back into
+	// the workspace; the rest is dropped and reported. Default 20000. The
+	// run's tmpfs has MaxFiles inodes plus one per entry of the workspace
+	// (and some slack), because overlay whiteouts take inodes too: a run
+	// can delete everything the workspace holds.
 	MaxFiles int64
-	// MaxSize bounds the whole workspace for host-side writes (write_file).
-	// Default 4 × Quota.
-	MaxSize       int64
+	// MaxRunBytes bounds what one run's merge writes to the host, by
+	// apparent size (a sparse file counts its holes). Default Quota.
+	MaxRunBytes int64
+	// MaxSize bounds the whole workspace (sum of apparent file sizes):
+	// write_file is refused past it, and a run's files that would exceed
+	// it are dropped and reported. Default 4 × Quota.
+	MaxSize int64
+	// MaxWorkspaceFiles bounds the entries of the whole workspace, the same
+	// way. Default 100000.
+	MaxWorkspaceFiles int64
+	// MergeTimeout bounds the copy of one run's changes into the workspace
+	// (the first phase of Close): past it, none are applied. Default 30 s.
+	MergeTimeout  time.Duration
 	MaxReadBytes  int64 // largest single read; default 1 MiB
 	MaxWriteBytes int64 // largest single write; default 16 MiB
 	MaxEntries    int   // largest listing; default 5000
@@ -53,8 +67,9 @@ type Options struct {
 	// (not root), instead of falling back to a direct bind without quota.
 	RequireOverlay bool
 	// BeforeRun is called when a run's view is opened, before the run can
-	// change anything; sandpit records the undo state there. An error is
-	// logged and the run goes on without an undo state.
+	// change anything; sandpit records the undo state there. If it fails,
+	// Open fails with ErrNoUndoState (the cause is logged): a run never
+	// goes without its undo state, so undo never reverts two runs.
 	BeforeRun func(ctx context.Context, w *Workspace, runID string) error
 	Logger    *slog.Logger
 }
@@ -70,10 +85,19 @@ func (o *Options) defaults() {
 		o.Quota = 1 << 30
 	}
 	if o.MaxFiles <= 0 {
-		o.MaxFiles = 100000
+		o.MaxFiles = 20000
+	}
+	if o.MaxRunBytes <= 0 {
+		o.MaxRunBytes = o.Quota
 	}
 	if o.MaxSize <= 0 {
 		o.MaxSize = 4 * o.Quota
+	}
+	if o.MaxWorkspaceFiles <= 0 {
+		o.MaxWorkspaceFiles = 100000
+	}
+	if o.MergeTimeout <= 0 {
+		o.MergeTimeout = 30 * time.Second
 	}
 	if o.MaxReadBytes <= 0 {
 		o.MaxReadBytes = 1 << 20
@@ -104,10 +128,17 @@ type Workspace struct {
 	// more than one file at once (merges, restores) or a single path
 	// (write, delete, move), so readers never see a half-applied change.
 	mu sync.RWMutex
-	// used caches the workspace's size for host-side writes; -1 when unknown
-	// (after anything but Write changed the tree). Guarded by mu, exclusive.
-	used int64
+	// used and count cache the workspace's size (apparent bytes of its
+	// regular files) and its number of entries, sandpit's own temporary
+	// names excluded; used is -1 when they are unknown (after a delete, a
+	// move, a restore or a direct-bind run). Guarded by mu, exclusive.
+	used, count int64
 }
+
+// inodeSlack is what a run's tmpfs allows beyond MaxFiles and the
+// workspace's entries: overlay's own directories, entries the workspace
+// gained after the count.
+const inodeSlack = 1024
 
 // Open opens (creating it if needed) the workspace at dir. It finishes or
 // rolls back an interrupted Replace and decides whether runs get an overlay
@@ -137,6 +168,19 @@ func Open(dir string, opts Options) (*Workspace, error) {
 		w.log.Warn("removing the stage of an interrupted restore", "stage", w.stagePath())
 		if err := os.RemoveAll(w.stagePath()); err != nil {
 			return nil, fmt.Errorf("workspace %s: remove interrupted restore: %w", abs, err)
+		}
+	}
+	// Staging directories of interrupted merges (a crash before their
+	// apply left the workspace as it was) and temporary files of
+	// interrupted writes.
+	if ents, err := os.ReadDir(abs); err == nil {
+		for _, e := range ents {
+			if isReserved(e.Name()) {
+				w.log.Warn("removing a leftover temporary entry", "name", e.Name())
+				if err := os.RemoveAll(filepath.Join(abs, e.Name())); err != nil {
+					return nil, fmt.Errorf("workspace %s: remove %s: %w", abs, e.Name(), err)
+				}
+			}
 		}
 	}
 	w.overlay, err = w.probeOverlay()
@@ -245,6 +289,12 @@ func (w *Workspace) List(ctx context.Context, p string, recursive bool) (Listing
 				return err
 			}
 			if q == c {
+				return nil
+			}
+			if isReserved(d.Name()) { // sandpit's own, in flight
+				if d.IsDir() {
+					return fs.SkipDir
+				}
 				return nil
 			}
 			if len(out.Entries) >= w.opts.MaxEntries {
@@ -365,6 +415,9 @@ func (w *Workspace) Write(ctx context.Context, p string, data []byte) (Entry, er
 	if int64(len(data)) > w.opts.MaxWriteBytes {
 		return Entry{}, pathErr(op, p, ErrTooLarge, "%d bytes, at most %d per write; split the file, or have a program generate it", len(data), w.opts.MaxWriteBytes)
 	}
+	if strings.HasSuffix(p, "/") || strings.HasSuffix(p, "/.") || p == "." {
+		return Entry{}, pathErr(op, p, ErrIsDir, "a path ending in / names a directory; give a file name (directories are created for the files in them)")
+	}
 	var out Entry
 	err := w.withRoot(true, func(r *os.Root) error {
 		c, err := w.check(r, op, p, false)
@@ -376,24 +429,29 @@ func (w *Workspace) Write(ctx context.Context, p string, data []byte) (Entry, er
 		}
 		mode := fs.FileMode(0o644)
 		var old int64
+		isNew := true
 		if fi, err := r.Lstat(c); err == nil {
 			switch {
 			case fi.IsDir():
 				return pathErr(op, p, ErrIsDir, "a directory has this name")
 			case fi.Mode().IsRegular():
-				mode, old = fi.Mode().Perm(), fi.Size()
+				mode, old, isNew = fi.Mode().Perm(), fi.Size(), false
 			}
 		}
 		if w.used < 0 {
-			if w.used, err = usage(r); err != nil {
-				w.used = -1
+			if err := w.recountIn(r); err != nil {
 				return err
 			}
 		}
 		if w.used-old+int64(len(data)) > w.opts.MaxSize {
 			return pathErr(op, p, ErrQuota, "the workspace holds %d bytes and may hold %d; delete files first", w.used, w.opts.MaxSize)
 		}
-		if err := w.mkdirs(r, op, p, path.Dir(c)); err != nil {
+		if isNew && w.count+1 > w.opts.MaxWorkspaceFiles {
+			return pathErr(op, p, ErrQuota, "the workspace holds %d files and directories and may hold %d; delete some first", w.count, w.opts.MaxWorkspaceFiles)
+		}
+		made, err := w.mkdirs(r, op, p, path.Dir(c))
+		w.count += made
+		if err != nil {
 			return err
 		}
 		if err := w.writeAtomic(r, c, mode, time.Time{}, func(f *os.File) error {
@@ -403,6 +461,9 @@ func (w *Workspace) Write(ctx context.Context, p string, data []byte) (Entry, er
 			return mapErr(op, p, err)
 		}
 		w.used += int64(len(data)) - old
+		if isNew {
+			w.count++
+		}
 		fi, err := r.Lstat(c)
 		if err != nil {
 			return mapErr(op, p, err)
@@ -443,11 +504,13 @@ func (w *Workspace) writeAtomic(r *os.Root, c string, mode fs.FileMode, mtime ti
 	return err
 }
 
-// mkdirs creates dir and its missing parents, owned by the owner.
-func (w *Workspace) mkdirs(r *os.Root, op, p, dir string) error {
+// mkdirs creates dir and its missing parents, owned by the owner, and says
+// how many it created.
+func (w *Workspace) mkdirs(r *os.Root, op, p, dir string) (int64, error) {
 	if dir == "." {
-		return nil
+		return 0, nil
 	}
+	var made int64
 	parts := strings.Split(dir, "/")
 	for i := range parts {
 		q := strings.Join(parts[:i+1], "/")
@@ -456,18 +519,19 @@ func (w *Workspace) mkdirs(r *os.Root, op, p, dir string) error {
 		case err == nil && fi.IsDir():
 			continue
 		case err == nil:
-			return pathErr(op, p, ErrNotDir, "%q is a %s, not a directory", q, typeName(fi.Mode()))
+			return made, pathErr(op, p, ErrNotDir, "%q is a %s, not a directory", q, typeName(fi.Mode()))
 		case !errors.Is(err, fs.ErrNotExist):
-			return mapErr(op, p, err)
+			return made, mapErr(op, p, err)
 		}
 		if err := r.Mkdir(q, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return mapErr(op, p, err)
+			return made, mapErr(op, p, err)
 		}
+		made++
 		if err := w.rootChown(r, q); err != nil {
-			return mapErr(op, p, err)
+			return made, mapErr(op, p, err)
 		}
 	}
-	return nil
+	return made, nil
 }
 
 // Delete removes the file or directory (recursively) at p. A symlink is
@@ -516,10 +580,10 @@ func (w *Workspace) Move(ctx context.Context, from, to string) error {
 		if ct == cf || strings.HasPrefix(ct, cf+"/") {
 			return pathErr(op, to, ErrInvalidPath, "cannot move a directory into itself")
 		}
-		if err := w.mkdirs(r, op, to, path.Dir(ct)); err != nil {
+		w.used = -1
+		if _, err := w.mkdirs(r, op, to, path.Dir(ct)); err != nil {
 			return err
 		}
-		w.used = -1
 		return mapErr(op, from, r.Rename(cf, ct))
 	})
 }
@@ -579,6 +643,11 @@ func (w *Workspace) check(r *os.Root, op, p string, final bool) (string, error) 
 		return c, nil
 	}
 	parts := strings.Split(c, "/")
+	for _, name := range parts {
+		if isReserved(name) {
+			return "", pathErr(op, p, ErrInvalidPath, "names starting with %q are reserved for sandpit's temporary files; choose another name", reservedPrefix)
+		}
+	}
 	n := len(parts)
 	if !final {
 		n--
@@ -628,19 +697,64 @@ func mapErr(op, p string, err error) error {
 	return &PathError{Op: op, Path: p, Err: err}
 }
 
-// usage is the total size of the regular files under r.
-func usage(r *os.Root) (int64, error) {
-	var n int64
-	err := fs.WalkDir(r.FS(), ".", func(_ string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
+// usage is the total size of the regular files under r and the number of
+// entries, sandpit's temporary names excluded.
+func usage(r *os.Root) (bytes, entries int64, err error) {
+	err = fs.WalkDir(r.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == "." {
+			return nil
+		}
+		if isReserved(d.Name()) {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		entries++
+		if !d.Type().IsRegular() {
 			return nil
 		}
 		if fi, err := d.Info(); err == nil {
-			n += fi.Size()
+			bytes += fi.Size()
 		}
 		return nil
 	})
-	return n, err
+	return bytes, entries, err
+}
+
+// recountIn measures the workspace into the cache. mu must be held
+// exclusively.
+func (w *Workspace) recountIn(r *os.Root) error {
+	b, n, err := usage(r)
+	if err != nil {
+		w.used = -1
+		return err
+	}
+	w.used, w.count = b, n
+	return nil
+}
+
+// recount is recountIn on a root of its own.
+func (w *Workspace) recount() error {
+	r, err := os.OpenRoot(w.dir)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return w.recountIn(r)
+}
+
+// entries is the number of entries the workspace holds, from the cache when
+// it is known.
+func (w *Workspace) entries() (int64, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.used < 0 {
+		if err := w.recount(); err != nil {
+			return 0, err
+		}
+	}
+	return w.count, nil
 }
 
 func randomName() string {
