@@ -241,6 +241,18 @@ func (p *pool) close() {
 	}
 }
 
+// flush discards every ready sandbox (their client is gone) and refills.
+func (p *pool) flush() {
+	p.mu.Lock()
+	ready := p.ready
+	p.ready = nil
+	p.mu.Unlock()
+	for _, w := range ready {
+		p.r.background(func() { p.discard(w) })
+	}
+	p.refill()
+}
+
 func (p *pool) stats() PoolStats {
 	p.mu.Lock()
 	n := len(p.ready)

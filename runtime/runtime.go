@@ -130,18 +130,20 @@ type Runtime struct {
 
 	// dialMu serialises dialling and the first sweep; it is never taken
 	// with mu held, and mu is never held across containerd calls.
-	dialMu  sync.Mutex
-	mu      sync.Mutex
-	client  *containerd.Client
-	swept   bool
-	images  map[string]containerd.Image
-	inits   map[string]bool // by image: whether it can run waiter.py
-	version string
-	live    map[string]bool // run ids in progress, which Sweep must not touch
-	bg      sync.WaitGroup  // cleanup running off the request path
-	cgroups *cgroupFS
-	pools   map[string]*pool // by image
-	pooled  map[string]*pool // by language name
+	dialMu    sync.Mutex
+	mu        sync.Mutex
+	client    *containerd.Client
+	swept     bool
+	images    map[string]containerd.Image
+	inits     map[string]bool // by image: whether it can run waiter.py
+	version   string
+	live      map[string]bool // run ids in progress, which Sweep must not touch
+	bg        sync.WaitGroup  // cleanup running off the request path
+	closing   chan struct{}   // closed by Close: background retries stop
+	closeOnce sync.Once
+	cgroups   *cgroupFS
+	pools     map[string]*pool // by image
+	pooled    map[string]*pool // by language name
 }
 
 // New validates the configuration. It does not connect: containerd may come
@@ -154,7 +156,7 @@ func New(cfg Config) (*Runtime, error) {
 	if len(cfg.Languages) == 0 {
 		return nil, errors.New("no languages configured (use DefaultLanguages with the image ref)")
 	}
-	r := &Runtime{cfg: cfg, log: cfg.Logger, langs: map[string]*LanguageSpec{}, images: map[string]containerd.Image{}, inits: map[string]bool{}, live: map[string]bool{}, cgroups: newCgroupFS(), pools: map[string]*pool{}, pooled: map[string]*pool{}}
+	r := &Runtime{cfg: cfg, log: cfg.Logger, langs: map[string]*LanguageSpec{}, images: map[string]containerd.Image{}, inits: map[string]bool{}, live: map[string]bool{}, cgroups: newCgroupFS(), pools: map[string]*pool{}, pooled: map[string]*pool{}, closing: make(chan struct{})}
 	for i := range cfg.Languages {
 		l := &cfg.Languages[i]
 		r.langs[l.Name] = l
@@ -178,6 +180,7 @@ func (r *Runtime) Settle() { r.bg.Wait() }
 
 // Close waits for background cleanup and releases the containerd connection.
 func (r *Runtime) Close() error {
+	r.closeOnce.Do(func() { close(r.closing) })
 	for _, p := range r.pools {
 		p.close()
 	}
@@ -251,10 +254,21 @@ func (r *Runtime) currentClient() *containerd.Client {
 // dropClient forgets a client whose daemon went away, so the next call redials.
 func (r *Runtime) dropClient(c *containerd.Client) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.client == c {
+	dropped := r.client == c && c != nil
+	if dropped {
 		r.client.Close()
 		r.client = nil
+		// What the lost daemon held (sandboxes whose waits broke, pooled
+		// ones made through the closed client) is swept at the next
+		// connection, before anything new is created.
+		r.swept = false
+	}
+	r.mu.Unlock()
+	if dropped {
+		r.log.Warn("containerd went away; reconnecting on the next call", "address", r.cfg.Address)
+		for _, p := range r.pools {
+			p.flush()
+		}
 	}
 }
 

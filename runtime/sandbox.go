@@ -191,14 +191,66 @@ func (r *Runtime) await(ctx context.Context, sb *sandbox, deadline time.Time) (*
 func (r *Runtime) destroy(ctx context.Context, sb *sandbox) {
 	sb.finish()
 	sb.stdin.abort()
+	var failed error
 	if sb.task != nil {
 		if _, err := sb.task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-			r.log.Warn("delete sandbox task", "id", sb.id, "err", err)
+			failed = fmt.Errorf("delete sandbox task: %w", err)
 		}
 	}
-	if err := sb.container.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
-		r.log.Warn("delete sandbox container", "id", sb.id, "err", err)
+	if err := sb.container.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) && failed == nil {
+		failed = fmt.Errorf("delete sandbox container: %w", err)
 	}
+	if failed == nil {
+		return
+	}
+	if !isUnavailable(failed) {
+		r.log.Warn("sandbox not removed", "id", sb.id, "err", failed)
+		return
+	}
+	// The client it was made with is gone (containerd restarted): remove it
+	// by id through the current one, once containerd answers again.
+	r.removeByID(ctx, sb.id)
+}
+
+// removeByID removes a sandbox through the current client, retrying while
+// containerd is unavailable, for up to a minute or until the runtime
+// closes; what it cannot remove, the janitor of the next connection does.
+func (r *Runtime) removeByID(ctx context.Context, id string) {
+	deadline := time.Now().Add(time.Minute)
+	delay := 100 * time.Millisecond
+	for {
+		err := r.removeOnce(ctx, id)
+		if err == nil {
+			return
+		}
+		if !isUnavailable(err) || time.Now().After(deadline) {
+			r.log.Warn("sandbox not removed; the janitor will", "id", id, "err", err)
+			return
+		}
+		select {
+		case <-time.After(delay):
+		case <-r.closing:
+			r.log.Warn("sandbox not removed before close; the janitor will", "id", id, "err", err)
+			return
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+func (r *Runtime) removeOnce(ctx context.Context, id string) error {
+	c, err := r.connect(ctx)
+	if err != nil {
+		return err
+	}
+	ctx = r.nsctx(ctx)
+	ctr, err := c.LoadContainer(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return r.removeContainer(ctx, ctr)
 }
 
 // background runs cleanup off the request path; Close waits for it.

@@ -1,0 +1,190 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/namespaces"
+
+	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/images"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
+	"github.com/sandpit-dev/sandpit/internal/testruntime"
+	"github.com/sandpit-dev/sandpit/runtime"
+)
+
+// A containerd of the test's own, so that killing it disturbs no other test.
+func ownContainerd(t *testing.T) runtime.PrivateDaemon {
+	t.Helper()
+	testenv.Containerd(t)                  // the same skip (or CI failure) rule as every containerd test
+	dir, err := os.MkdirTemp("", "sp-cd-") // short: socket paths have a length limit
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o711) // the sandbox's root (an unprivileged host id) must reach its rootfs below
+	d := runtime.PrivateDaemon{Dir: filepath.Join(dir, "run"), Root: filepath.Join(dir, "root")}
+	if err := d.Start(t.Context(), slog.Default()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.Stop(context.Background())
+		os.RemoveAll(dir)
+	})
+	// The image, from the cache `sandpit images build` filled.
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	store, err := images.Connect(ctx, d.Address(), testenv.Namespace, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if err := store.Builder().Ensure(ctx, images.DefaultRecipe()); err != nil {
+		t.Fatalf("import the image into the test's containerd: %v", err)
+	}
+	return d
+}
+
+func restartDaemon(t *testing.T, d runtime.PrivateDaemon) {
+	t.Helper()
+	pid := d.PID()
+	if pid == 0 {
+		t.Fatal("the test's containerd is not running")
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	for d.PID() != 0 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := d.Start(t.Context(), slog.Default()); err != nil {
+		t.Fatalf("restart containerd: %v", err)
+	}
+}
+
+// containerd killed and restarted while runs are in flight: they end with
+// a clear error (not a hang), the next run works without a new runtime,
+// the pool refills, and nothing of the instance is left at the end.
+func TestContainerdRestartMidRun(t *testing.T) {
+	d := ownContainerd(t)
+	cfg := testruntime.Config(t)
+	cfg.Address = d.Address()
+	cfg.Pool = runtime.PoolConfig{Size: 1}
+	r, err := runtime.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	ctx := t.Context()
+	if res, err := r.Run(ctx, sandpit.Request{Language: "python", Code: "print(1)"}); err != nil || res.Status != sandpit.StatusSuccess {
+		t.Fatalf("first run: %v %+v", err, res)
+	}
+	type out struct {
+		res *sandpit.Result
+		err error
+	}
+	inflight := make(chan out, 2)
+	for i := 0; i < 2; i++ {
+		go func() {
+			res, err := r.Run(ctx, sandpit.Request{Language: "python", Code: "import time\ntime.sleep(60)", Timeout: 50 * time.Second})
+			inflight <- out{res, err}
+		}()
+	}
+	waitPrograms(t, d.Address(), cfg.Instance, 2)
+	t0 := time.Now()
+	restartDaemon(t, d)
+	for i := 0; i < 2; i++ {
+		select {
+		case o := <-inflight:
+			t.Logf("in-flight run %d ended %s after the kill: %v", i, time.Since(t0).Round(time.Millisecond), o.err)
+			if o.err == nil {
+				t.Errorf("in-flight run: status %s, want an error saying containerd went away", o.res.Status)
+			} else if !errors.Is(o.err, sandpit.ErrUnavailable) {
+				t.Errorf("in-flight run: error %v is not of class unavailable", o.err)
+			}
+		case <-time.After(45 * time.Second):
+			t.Fatal("an in-flight run still hangs 45 s after containerd was killed")
+		}
+	}
+	var res *sandpit.Result
+	for i := 0; i < 3; i++ { // the first call may meet the restart's tail
+		res, err = r.Run(ctx, sandpit.Request{Language: "python", Code: "print('back')"})
+		if err == nil {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if err != nil || res.Status != sandpit.StatusSuccess || res.Stdout != "back\n" {
+		t.Fatalf("run after the restart: %v %+v", err, res)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for r.PoolStats()["python"].Ready == 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if st := r.PoolStats()["python"]; st.Ready == 0 {
+		t.Errorf("the pool did not refill after the restart: %+v", st)
+	}
+	r.Close()
+	left := instanceContainers(t, d.Address(), cfg.Instance)
+	for deadline := time.Now().Add(30 * time.Second); len(left) > 0 && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+		left = instanceContainers(t, d.Address(), cfg.Instance)
+	}
+	if len(left) > 0 {
+		t.Errorf("left in containerd after Close: %v", left)
+	}
+}
+
+// waitPrograms waits until n sandboxes of instance run a program (an idle
+// pooled sandbox has two processes, one running a request three or more).
+func waitPrograms(t *testing.T, addr, instance string, n int) {
+	t.Helper()
+	c, err := containerd.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := namespaces.WithNamespace(context.Background(), testenv.Namespace)
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		ctrs, err := c.Containers(ctx, fmt.Sprintf("labels.%q==%q", runtime.LabelInstance, instance))
+		if err != nil {
+			t.Fatal(err)
+		}
+		running := 0
+		for _, ctr := range ctrs {
+			if task, err := ctr.Task(ctx, nil); err == nil {
+				if pids, err := task.Pids(ctx); err == nil && len(pids) >= 3 {
+					running++
+				}
+			}
+		}
+		if running >= n {
+			return
+		}
+	}
+	t.Fatalf("fewer than %d sandboxes of %s run a program", n, instance)
+}
+
+func instanceContainers(t *testing.T, addr, instance string) []string {
+	t.Helper()
+	c, err := containerd.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := namespaces.WithNamespace(context.Background(), testenv.Namespace)
+	ctrs, err := c.Containers(ctx, fmt.Sprintf("labels.%q==%q", runtime.LabelInstance, instance))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, ctr := range ctrs {
+		ids = append(ids, ctr.ID())
+	}
+	return ids
+}
