@@ -17,6 +17,7 @@ require (
 	github.com/urfave/cli/v2 v2.27.7
 	golang.org/x/sys v0.45.0
 	golang.org/x/text v0.37.0
+	google.golang.org/grpc v1.59.0
 )
 
 require (
@@ -66,6 +67,5 @@ require (
 	golang.org/x/sync v0.20.0 // indirect
 	google.golang.org/genproto v0.0.0-20231211222908-989df2bf70f3 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20240401170217-c3f982113cda // indirect
-	google.golang.org/grpc v1.59.0 // indirect
 	google.golang.org/protobuf v1.35.2 // indirect
 )
