@@ -479,3 +479,57 @@ func TestLifecycleRunDiesWithoutServer(t *testing.T) {
 		})
 	}
 }
+
+// Files that runs and file tools create in a workspace belong to the
+// workspace directory's owner on the host, never to the sandbox's mapped
+// uid; a run can still change the owner's files.
+func TestLifecycleWorkspaceOwnership(t *testing.T) {
+	s := newLifecycleStore(t)
+	ws := filepath.Join(s.dir, "workspace")
+	if err := os.MkdirAll(filepath.Join(ws, "data"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(ws, "data", "in.csv"), []byte("a\n1\n"), 0o644)
+	const uid, gid = 4242, 4343
+	for _, p := range []string{ws, filepath.Join(ws, "data"), filepath.Join(ws, "data", "in.csv")} {
+		if err := os.Lchown(p, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, _ := s.start(t)
+	code := "open('data/in.csv', 'a').write('2\\n')\nimport os\nos.makedirs('out/deep', exist_ok=True)\nopen('out/deep/r.txt', 'w').write('ok')\nprint(os.getuid(), os.stat('data/in.csv').st_uid)"
+	ch := a.runAsync(t, map[string]any{"language": "python", "code": code})
+	var r struct {
+		Status, Stdout, Stderr string
+	}
+	select {
+	case res := <-ch:
+		got := runResult(t, res)
+		r.Status, r.Stdout, r.Stderr = string(got.Status), got.Stdout, got.Stderr
+	case <-time.After(90 * time.Second):
+		t.Fatal("run_code did not answer")
+	}
+	if r.Status != "success" {
+		t.Fatalf("run: %s %q %q", r.Status, r.Stdout, r.Stderr)
+	}
+	if r.Stdout != "1000 1000\n" {
+		t.Errorf("inside, uid and the owner's file's uid = %q, want the sandbox user's for both", r.Stdout)
+	}
+	if res := call(t, a.client, "write_file", map[string]any{"path": "notes/n.txt", "content": "hi"}); res.IsError {
+		t.Fatalf("write_file: %s", text(res))
+	}
+	for _, rel := range []string{".", "data/in.csv", "out", "out/deep", "out/deep/r.txt", "notes", "notes/n.txt"} {
+		fi, err := os.Lstat(filepath.Join(ws, rel))
+		if err != nil {
+			t.Errorf("%s: %v", rel, err)
+			continue
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if st.Uid != uid || st.Gid != gid {
+			t.Errorf("%s is owned by %d:%d on the host, want the workspace owner %d:%d", rel, st.Uid, st.Gid, uid, gid)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "data", "in.csv")); string(b) != "a\n1\n2\n" {
+		t.Errorf("in.csv = %q", b)
+	}
+}

@@ -36,6 +36,7 @@ func workspaceFlags() []cli.Flag {
 		&cli.StringFlag{Name: "workspace-quota", Value: "256MiB", Usage: "most bytes one run may write into the workspace (it gets ENOSPC beyond); they are held in memory until the run ends and count against --memory-mb, so keep it below that; host-side writes are bounded by 4× this"},
 		&cli.StringFlag{Name: "snapshot-dir", Value: filepath.Join(dataDir(), "snapshots"), Usage: "content-addressed snapshot store and its index"},
 		&cli.IntFlag{Name: "undo-runs", Value: snapshot.DefaultMaxUndo, Usage: "how many runs undo_last_run can take back"},
+		&cli.StringFlag{Name: "workspace-owner", Usage: "UID:GID that owns the workspace's files on the host (default: the owner of the workspace directory); runs still see them as the sandbox user's (idmapped mounts)"},
 		&cli.BoolFlag{Name: "require-workspace-quota", Usage: "refuse to start when per-run overlays cannot be mounted (instead of binding the workspace without quota)"},
 	}
 }
@@ -44,7 +45,13 @@ func workspaceFlags() []cli.Flag {
 // crashed server left, and fills cfg's Workspace, Files and Snapshots. owner
 // is the host uid/gid of the sandbox user (zero: 1000:1000, or the current
 // user when not root).
-func workspaceConfig(c *cli.Context, cfg *mcp.Config, owner workspace.Owner, viewsDir string) (cleanup func(), err error) {
+func workspaceConfig(c *cli.Context, cfg *mcp.Config, sandbox workspace.Owner, viewsDir string) (cleanup func(), err error) {
+	var owner workspace.Owner
+	if s := c.String("workspace-owner"); s != "" {
+		if _, err := fmt.Sscanf(s, "%d:%d", &owner.UID, &owner.GID); err != nil {
+			return nil, fmt.Errorf("--workspace-owner %q: want UID:GID, e.g. 1000:1000", s)
+		}
+	}
 	quota, err := parseSize(c.String("workspace-quota"))
 	if err != nil {
 		return nil, fmt.Errorf("--workspace-quota: %w", err)
@@ -58,7 +65,9 @@ func workspaceConfig(c *cli.Context, cfg *mcp.Config, owner workspace.Owner, vie
 	}
 	ws, err := workspace.Open(c.String("workspace"), workspace.Options{
 		StateDir:       viewsDir, // the instance's: no other process touches it
-		Owner:          owner,
+		Sandbox:        sandbox,
+		Owner:          owner, // zero: the workspace directory's owner
+		LockDir:        lockDir(),
 		Quota:          quota,
 		RequireOverlay: c.Bool("require-workspace-quota"),
 		BeforeRun:      snaps.BeforeRun,
@@ -71,7 +80,7 @@ func workspaceConfig(c *cli.Context, cfg *mcp.Config, owner workspace.Owner, vie
 	if err := ws.Sweep(c.Context); err != nil {
 		slog.Warn("leftover run views could not all be removed", "err", err)
 	}
-	slog.Info("workspace ready", "dir", ws.Dir(), "quota_bytes", quota, "per_run_overlay", ws.Isolated(), "snapshots", c.String("snapshot-dir"))
+	slog.Info("workspace ready", "dir", ws.Dir(), "owner", ws.Owner(), "quota_bytes", quota, "per_run_overlay", ws.Isolated(), "snapshots", c.String("snapshot-dir"))
 	cfg.Workspace, cfg.Files, cfg.Snapshots = ws, ws, snaps.For(ws)
 	cfg.Opener = ws // the data tools open workspace files by descriptor
 	return func() { snaps.Close() }, nil
@@ -95,4 +104,17 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a size (e.g. 1GiB, 512MiB)", s)
 	}
 	return n * mult, nil
+}
+
+// lockDir holds the host-wide workspace locks: one place for every sandpit
+// process of this user, whatever its --state-dir, so that two servers (or a
+// server and `sandpit run`) on one workspace take the same locks.
+func lockDir() string {
+	if os.Geteuid() == 0 {
+		return "/run/sandpit/locks"
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "sandpit", "locks")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("sandpit-%d", os.Getuid()), "locks")
 }

@@ -160,8 +160,8 @@ func (m *merger) run(ctx context.Context, upper string) *sandpit.Changes {
 		return m.discard("internal", err)
 	}
 
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.lock()
+	defer w.unlock()
 	if w.used < 0 {
 		if err := w.recount(); err != nil {
 			return m.discard("internal", fmt.Errorf("measure the workspace: %w", err))

@@ -45,7 +45,7 @@ func (w *Workspace) probeOverlay() (bool, error) {
 		return false, err
 	}
 	defer os.Remove(probe)
-	m, err := mountRun(probe, w.dir, 1<<20, 16, w.opts.Owner)
+	m, err := mountRun(probe, w, 1<<20, 16)
 	if err != nil {
 		return false, err
 	}
@@ -60,9 +60,10 @@ func (w *Workspace) Open(ctx context.Context, runID string) (sandpit.View, error
 		return nil, fmt.Errorf("workspace view: invalid run id %q", runID)
 	}
 	w.runs.RLock()
+	w.runsHost.rlock()
 	if w.opts.BeforeRun != nil {
 		if err := w.opts.BeforeRun(ctx, w, runID); err != nil {
-			w.runs.RUnlock()
+			w.runsUnlock()
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("workspace view: %w", ctx.Err())
 			}
@@ -74,13 +75,13 @@ func (w *Workspace) Open(ctx context.Context, runID string) (sandpit.View, error
 	if !w.overlay {
 		v, err := w.openBind()
 		if err != nil {
-			w.runs.RUnlock()
+			w.runsUnlock()
 		}
 		return v, err
 	}
 	dir := filepath.Join(w.runsDir(), runID)
 	if err := os.Mkdir(dir, 0o700); err != nil {
-		w.runs.RUnlock()
+		w.runsUnlock()
 		return nil, fmt.Errorf("workspace view for run %s: %w", runID, err)
 	}
 	// Overlay whiteouts take tmpfs inodes: the run may create MaxFiles
@@ -88,13 +89,13 @@ func (w *Workspace) Open(ctx context.Context, runID string) (sandpit.View, error
 	entries, err := w.entries()
 	if err != nil {
 		os.Remove(dir)
-		w.runs.RUnlock()
+		w.runsUnlock()
 		return nil, fmt.Errorf("workspace view for run %s: %w", runID, err)
 	}
-	m, err := mountRun(dir, w.dir, w.opts.Quota, w.opts.MaxFiles+entries+inodeSlack, w.opts.Owner)
+	m, err := mountRun(dir, w, w.opts.Quota, w.opts.MaxFiles+entries+inodeSlack)
 	if err != nil {
 		os.Remove(dir)
-		w.runs.RUnlock()
+		w.runsUnlock()
 		return nil, fmt.Errorf("workspace view for run %s: %w", runID, err)
 	}
 	return &overlayView{w: w, runID: runID, m: m}, nil
@@ -106,12 +107,29 @@ type runMount struct {
 	dir, tmpfs, upper, merged string
 }
 
-func mountRun(dir, lower string, size, inodes int64, owner Owner) (*runMount, error) {
+func mountRun(dir string, w *Workspace, size, inodes int64) (*runMount, error) {
 	m := &runMount{
 		dir:    dir,
 		tmpfs:  filepath.Join(dir, "changes"),
 		upper:  filepath.Join(dir, "changes", "upper"),
 		merged: filepath.Join(dir, "merged"),
+	}
+	lower, owner := w.dir, w.opts.Sandbox
+	if w.idmap != nil {
+		// The overlay clones its layers' mounts: the idmapped bind can go
+		// as soon as the overlay is mounted.
+		lower = filepath.Join(dir, "lower")
+		if err := os.Mkdir(lower, 0o700); err != nil {
+			return nil, err
+		}
+		defer func() {
+			unix.Unmount(lower, unix.MNT_DETACH)
+			os.Remove(lower)
+		}()
+		if err := w.idmap.bind(w.dir, lower); err != nil {
+			m.release()
+			return nil, err
+		}
 	}
 	for _, d := range []string{m.tmpfs, m.merged} {
 		if err := os.Mkdir(d, 0o700); err != nil {
@@ -236,7 +254,7 @@ func (v *overlayView) Dir() string { return v.m.merged }
 func (v *overlayView) Close(ctx context.Context) (*sandpit.Changes, error) {
 	v.once.Do(func() {
 		w := v.w
-		defer w.runs.RUnlock()
+		defer w.runsUnlock()
 		if err := unmountAll(v.m.merged); err != nil {
 			w.log.Warn("run view could not be unmounted: its changes are discarded", "run", v.runID, "err", err)
 			v.changes = &sandpit.Changes{Created: []string{}, Modified: []string{}, Deleted: []string{}, Discarded: true,
@@ -309,9 +327,9 @@ func (v *bindView) Dir() string { return v.w.dir }
 func (v *bindView) Close(ctx context.Context) (*sandpit.Changes, error) {
 	v.once.Do(func() {
 		w := v.w
-		defer w.runs.RUnlock()
-		w.mu.Lock()
-		defer w.mu.Unlock()
+		defer w.runsUnlock()
+		w.lock()
+		defer w.unlock()
 		w.used = -1
 		var c changeList
 		// Drop what must never come back: symlinks, FIFOs, sockets, devices.

@@ -39,7 +39,7 @@ func runAs(t testing.TB, o Owner, dir, script string) (string, error) {
 func TestViewWritesBackOnClose(t *testing.T) {
 	needRoot(t)
 	ctx := t.Context()
-	w := newWS(t, Options{Owner: sandboxOwner})
+	w := newWS(t, Options{Sandbox: sandboxOwner, Owner: sandboxOwner})
 	if !w.Isolated() {
 		t.Fatal("overlay views unavailable as root")
 	}
@@ -138,7 +138,7 @@ func TestViewQuota(t *testing.T) {
 	needRoot(t)
 	ctx := t.Context()
 	const quota = 4 << 20
-	w := newWS(t, Options{Owner: sandboxOwner, Quota: quota})
+	w := newWS(t, Options{Sandbox: sandboxOwner, Owner: sandboxOwner, Quota: quota})
 	mustDo2(t)(w.Write(ctx, "before", []byte("before")))
 	v, err := w.Open(ctx, "quota")
 	if err != nil {
@@ -176,7 +176,7 @@ func TestViewQuota(t *testing.T) {
 func TestViewMergeIsAtomicForReaders(t *testing.T) {
 	needRoot(t)
 	ctx := t.Context()
-	w := newWS(t, Options{Owner: sandboxOwner})
+	w := newWS(t, Options{Sandbox: sandboxOwner, Owner: sandboxOwner})
 	old, neu := bytes.Repeat([]byte("o"), 64<<10), bytes.Repeat([]byte("n"), 512<<10)
 	mustDo2(t)(w.Write(ctx, "f", old))
 	for i := range 5 {
@@ -216,7 +216,7 @@ func TestViewMergeIsAtomicForReaders(t *testing.T) {
 func TestSweepRemovesLeftovers(t *testing.T) {
 	needRoot(t)
 	ctx := t.Context()
-	w := newWS(t, Options{Owner: sandboxOwner})
+	w := newWS(t, Options{Sandbox: sandboxOwner, Owner: sandboxOwner})
 	mustDo2(t)(w.Write(ctx, "precious", []byte("keep me")))
 	v, err := w.Open(ctx, "crashed")
 	if err != nil {
@@ -246,7 +246,7 @@ func TestSweepRemovesLeftovers(t *testing.T) {
 func TestReplaceRefusedDuringRun(t *testing.T) {
 	needRoot(t)
 	ctx := t.Context()
-	w := newWS(t, Options{Owner: sandboxOwner})
+	w := newWS(t, Options{Sandbox: sandboxOwner, Owner: sandboxOwner})
 	v, err := w.Open(ctx, "busy")
 	if err != nil {
 		t.Fatal(err)
@@ -261,24 +261,37 @@ func TestReplaceRefusedDuringRun(t *testing.T) {
 	}
 }
 
+// BenchmarkViewNoChange: opening and closing a run's view that changes
+// nothing, with the files the sandbox's own (the workspace given to the
+// sandbox uid) and with them the workspace owner's (an idmapped layer).
 func BenchmarkViewNoChange(b *testing.B) {
 	needRoot(b)
-	base := b.TempDir()
-	w, err := Open(filepath.Join(base, "ws"), Options{StateDir: filepath.Join(base, "state"), Owner: sandboxOwner})
-	if err != nil {
-		b.Fatal(err)
-	}
-	for i := range 1000 {
-		w.Write(b.Context(), fmt.Sprintf("d%d/f%d", i%10, i), []byte("data"))
-	}
-	b.ResetTimer()
-	for i := range b.N {
-		v, err := w.Open(b.Context(), fmt.Sprintf("bench-%d", i))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := v.Close(b.Context()); err != nil {
-			b.Fatal(err)
-		}
+	for _, tc := range []struct {
+		name  string
+		owner Owner
+	}{{"sandbox-owned", sandboxOwner}, {"idmapped", Owner{UID: 4242, GID: 4242}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			base := b.TempDir()
+			w, err := Open(filepath.Join(base, "ws"), Options{StateDir: filepath.Join(base, "state"), Sandbox: sandboxOwner, Owner: tc.owner})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if (w.idmap != nil) != (tc.owner != sandboxOwner) {
+				b.Fatalf("idmapped = %v", w.idmap != nil)
+			}
+			for i := range 1000 {
+				w.Write(b.Context(), fmt.Sprintf("d%d/f%d", i%10, i), []byte("data"))
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				v, err := w.Open(b.Context(), fmt.Sprintf("bench-%d", i))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := v.Close(b.Context()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -22,10 +22,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 )
 
-// Owner is the host uid/gid that the sandbox user maps to. Every file and
-// directory sandpit writes into a workspace is owned by it, so that runs can
-// write them (root-owned files show as 65534 inside a user namespace and are
-// read-only there).
+// Owner is a host uid/gid.
 type Owner struct{ UID, GID uint32 }
 
 // DefaultOwner is the sandbox user when no user namespace is used.
@@ -37,7 +34,23 @@ type Options struct {
 	// StateDir holds per-run directories (<StateDir>/runs/<runID>). Without it
 	// runs bind the workspace directly (no quota, no atomic write-back).
 	StateDir string
-	Owner    Owner // zero: DefaultOwner (root) or the current user
+	// Sandbox is the host uid/gid the sandbox user appears as (its user
+	// namespace's mapping); zero: DefaultOwner, or the current user when
+	// not root.
+	Sandbox Owner
+	// Owner is who owns the workspace's files on the host: every file and
+	// directory sandpit (or a run) writes into it is given to Owner. Zero:
+	// the workspace directory's owner when Open is called. Runs still see
+	// the files as the sandbox user's, through an idmapped lower layer;
+	// where the kernel cannot do that (or without per-run overlays), Owner
+	// becomes Sandbox, as runs could not write the files otherwise, and
+	// Open says so in the log.
+	Owner Owner
+	// LockDir, when set, holds the host-wide locks (flock) through which
+	// every process that opens this workspace serialises its writes, merges
+	// and restores: two servers, or a server and `sandpit run`, on one
+	// workspace. Empty: the locks are this process's only.
+	LockDir string
 	// Quota bounds the bytes a single run may write (its changes, not the
 	// whole workspace): the run gets ENOSPC beyond it. Default 1 GiB.
 	Quota int64
@@ -75,11 +88,14 @@ type Options struct {
 }
 
 func (o *Options) defaults() {
-	if o.Owner == (Owner{}) {
-		o.Owner = DefaultOwner
+	if o.Sandbox == (Owner{}) {
+		o.Sandbox = DefaultOwner
 		if os.Geteuid() != 0 { // files are ours whatever we ask
-			o.Owner = Owner{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}
+			o.Sandbox = Owner{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}
 		}
+	}
+	if os.Geteuid() != 0 {
+		o.Owner = Owner{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}
 	}
 	if o.Quota <= 0 {
 		o.Quota = 1 << 30
@@ -119,7 +135,11 @@ type Workspace struct {
 	dir     string
 	opts    Options
 	overlay bool
+	idmap   *idmap // nil: files belong to the sandbox user on the host too
 	log     *slog.Logger
+	// data and runsHost extend mu and runs to every process on the host
+	// that opens this workspace (Options.LockDir).
+	data, runsHost *hostLock
 
 	// runs is held shared by every open run view and exclusively by Replace:
 	// a restore never happens while a run may write.
@@ -158,39 +178,86 @@ func Open(dir string, opts Options) (*Workspace, error) {
 		return nil, fmt.Errorf("workspace %s is not a directory (is it a symlink?)", abs)
 	}
 	w := &Workspace{dir: abs, opts: opts, log: opts.Logger.With("workspace", abs), used: -1}
-	if err := w.chown(abs); err != nil {
-		return nil, fmt.Errorf("workspace %s: give it to the sandbox user %d:%d: %w", abs, opts.Owner.UID, opts.Owner.GID, err)
+	if w.data, w.runsHost, err = openHostLocks(opts.LockDir, abs); err != nil {
+		return nil, fmt.Errorf("workspace %s: host locks: %w", abs, err)
 	}
+	if w.opts.Owner == (Owner{}) {
+		var st unix.Stat_t
+		if err := unix.Stat(abs, &st); err != nil {
+			return nil, err
+		}
+		w.opts.Owner = Owner{UID: st.Uid, GID: st.Gid}
+	}
+	// Leftovers of a killed process: only when no other process has the
+	// workspace open for a run (its merge stages look the same).
+	if w.runsHost.tryLock() {
+		var err error
+		if w.data.tryLock() { // nor writes a file
+			err = w.removeLeftovers()
+			w.data.unlock()
+		}
+		w.runsHost.unlock()
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		w.log.Info("another sandpit process uses this workspace; its temporary entries are left alone")
+	}
+	w.overlay, err = w.probeOverlay()
+	if err != nil {
+		if opts.RequireOverlay {
+			return nil, sandpit.WithHint(fmt.Errorf("workspace %s: per-run overlays are required but unavailable: %w", abs, err), "run as root, or drop the requirement")
+		}
+		w.log.Warn("runs bind the workspace directly: no per-run quota, changes are visible while the run writes", "reason", err)
+	}
+	if w.opts.Owner != w.opts.Sandbox {
+		if !w.overlay {
+			err = errors.New("runs bind the workspace directly")
+		} else {
+			err = w.setupIDMap()
+		}
+		if err != nil {
+			// Runs must be able to write the files: they become the
+			// sandbox user's, as before idmapped layers.
+			w.log.Warn("workspace files will belong to the sandbox's host uid, not to the workspace's owner",
+				"owner", w.opts.Owner, "sandbox", w.opts.Sandbox, "reason", err)
+			w.opts.Owner = w.opts.Sandbox
+		}
+	}
+	if w.idmap == nil {
+		if err := w.chown(abs); err != nil {
+			return nil, fmt.Errorf("workspace %s: give it to the sandbox user %d:%d: %w", abs, w.opts.Owner.UID, w.opts.Owner.GID, err)
+		}
+	}
+	return w, nil
+}
+
+// removeLeftovers finishes what a killed process left: an interrupted
+// Replace's stage, merge stages and temporary files.
+func (w *Workspace) removeLeftovers() error {
 	// A stage left by a killed Replace holds either the unfinished new tree
 	// (before the exchange) or the old one (after it): the workspace itself is
 	// complete in both cases, so dropping the stage completes the recovery.
 	if _, err := os.Lstat(w.stagePath()); err == nil {
 		w.log.Warn("removing the stage of an interrupted restore", "stage", w.stagePath())
 		if err := os.RemoveAll(w.stagePath()); err != nil {
-			return nil, fmt.Errorf("workspace %s: remove interrupted restore: %w", abs, err)
+			return fmt.Errorf("workspace %s: remove interrupted restore: %w", w.dir, err)
 		}
 	}
 	// Staging directories of interrupted merges (a crash before their
 	// apply left the workspace as it was) and temporary files of
 	// interrupted writes.
-	if ents, err := os.ReadDir(abs); err == nil {
+	if ents, err := os.ReadDir(w.dir); err == nil {
 		for _, e := range ents {
 			if isReserved(e.Name()) {
 				w.log.Warn("removing a leftover temporary entry", "name", e.Name())
-				if err := os.RemoveAll(filepath.Join(abs, e.Name())); err != nil {
-					return nil, fmt.Errorf("workspace %s: remove %s: %w", abs, e.Name(), err)
+				if err := os.RemoveAll(filepath.Join(w.dir, e.Name())); err != nil {
+					return fmt.Errorf("workspace %s: remove %s: %w", w.dir, e.Name(), err)
 				}
 			}
 		}
 	}
-	w.overlay, err = w.probeOverlay()
-	if err != nil {
-		if opts.RequireOverlay {
-			return nil, fmt.Errorf("workspace %s: per-run overlays are required but unavailable: %w (hint: run as root, or drop the requirement)", abs, err)
-		}
-		w.log.Warn("runs bind the workspace directly: no per-run quota, changes are visible while the run writes", "reason", err)
-	}
-	return w, nil
+	return nil
 }
 
 // Dir is the workspace's host directory.
@@ -201,6 +268,29 @@ func (w *Workspace) ID() string { return w.dir }
 
 // Owner is the owner every file in the workspace gets.
 func (w *Workspace) Owner() Owner { return w.opts.Owner }
+
+// setupIDMap prepares idmapped lower layers (owner's files shown as the
+// sandbox user's) and checks the kernel takes them under an overlay.
+func (w *Workspace) setupIDMap() error {
+	m, err := newIDMap(w.opts.Owner, w.opts.Sandbox)
+	if err != nil {
+		return err
+	}
+	probe, err := os.MkdirTemp(w.runsDir(), ".probe-idmap-")
+	if err != nil {
+		m.close()
+		return err
+	}
+	defer os.Remove(probe)
+	w.idmap = m
+	rm, err := mountRun(probe, w, 1<<20, 16)
+	if err != nil {
+		w.idmap = nil
+		m.close()
+		return err
+	}
+	return rm.release()
+}
 
 // Isolated reports whether runs get a per-run overlay with a quota.
 func (w *Workspace) Isolated() bool { return w.overlay }
@@ -612,12 +702,12 @@ func (w *Workspace) Scan(ctx context.Context, fn func(r *os.Root) error) error {
 
 func (w *Workspace) withRoot(exclusive bool, fn func(r *os.Root) error) error {
 	if exclusive {
-		w.mu.Lock()
-		defer w.mu.Unlock()
+		w.lock()
+		defer w.unlock()
 
 	} else {
-		w.mu.RLock()
-		defer w.mu.RUnlock()
+		w.rlock()
+		defer w.runlock()
 	}
 	r, err := os.OpenRoot(w.dir)
 	if err != nil {
@@ -747,8 +837,8 @@ func (w *Workspace) recount() error {
 // entries is the number of entries the workspace holds, from the cache when
 // it is known.
 func (w *Workspace) entries() (int64, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.lock()
+	defer w.unlock()
 	if w.used < 0 {
 		if err := w.recount(); err != nil {
 			return 0, err
@@ -777,8 +867,12 @@ func (w *Workspace) Replace(ctx context.Context, build func(stage string, cur *o
 		return fmt.Errorf("restore: %w (wait for it to finish, then try again)", ErrBusy)
 	}
 	defer w.runs.Unlock()
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	if !w.runsHost.tryLock() {
+		return fmt.Errorf("restore: %w in another sandpit process (wait for it to finish, then try again)", ErrBusy)
+	}
+	defer w.runsHost.unlock()
+	w.lock()
+	defer w.unlock()
 	w.used = -1
 
 	stage := w.stagePath()

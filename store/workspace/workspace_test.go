@@ -159,8 +159,8 @@ func TestWriteReadRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if st := fi.Sys().(*syscall.Stat_t); os.Geteuid() == 0 && (st.Uid != DefaultOwner.UID || st.Gid != DefaultOwner.GID) {
-				t.Errorf("owner = %d:%d, want %v", st.Uid, st.Gid, DefaultOwner)
+			if st := fi.Sys().(*syscall.Stat_t); os.Geteuid() == 0 && (st.Uid != w.Owner().UID || st.Gid != w.Owner().GID) {
+				t.Errorf("owner = %d:%d, want %v", st.Uid, st.Gid, w.Owner())
 			}
 		})
 	}
