@@ -171,10 +171,14 @@ func (srv *serveProc) waitExit(t *testing.T, limit time.Duration) time.Duration 
 // instanceOf is the instance a server took, from its log line.
 func (srv *serveProc) instanceOf(t *testing.T) string {
 	t.Helper()
-	for _, line := range strings.Split(srv.stderr.String(), "\n") {
-		if strings.Contains(line, "sandpit serving MCP") {
-			if _, after, ok := strings.Cut(line, "instance="); ok {
-				return strings.Fields(after)[0]
+	// The log reaches us through a pipe copied by os/exec: it may trail
+	// the protocol a little.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for _, line := range strings.Split(srv.stderr.String(), "\n") {
+			if strings.Contains(line, "sandpit serving MCP") {
+				if _, after, ok := strings.Cut(line, "instance="); ok {
+					return strings.Fields(after)[0]
+				}
 			}
 		}
 	}
