@@ -28,6 +28,7 @@ func serveCommand() *cli.Command {
 		&cli.DurationFlag{Name: "timeout", Value: sandpit.DefaultTimeout, Usage: "run_code's default timeout"},
 		&cli.DurationFlag{Name: "max-timeout", Value: sandpit.DefaultMaxTimeout, Usage: "the longest timeout a caller may ask for"},
 		&cli.IntFlag{Name: "max-code-kb", Value: 64, Usage: "largest code or stdin accepted (KiB)"},
+		&cli.IntFlag{Name: "max-message-mb", Value: mcp.DefaultMaxMessageBytes >> 20, Usage: "largest JSON-RPC message accepted from the client (MiB); a longer one is answered with an error and never read whole"},
 		&cli.IntFlag{Name: "concurrency", Value: 16, Usage: "tool calls served at once (mcp-go's default is 5)"},
 		&cli.IntFlag{Name: "pool", Value: 2, Usage: "sandboxes kept started ahead of requests, per pooled language (0: off)"},
 		&cli.DurationFlag{Name: "pool-idle", Value: 5 * time.Minute, Usage: "destroy pooled sandboxes unused for this long; refill on the next request"},
@@ -95,7 +96,7 @@ func serveCommand() *cli.Command {
 			}
 			s := mcp.NewServer(cfg)
 			slog.Info("sandpit serving MCP on stdio", "version", version, "instance", in.Name())
-			return serveStdio(c.Context, s, c.Int("concurrency"))
+			return serveStdio(c.Context, s, c.Int("concurrency"), c.Int("max-message-mb")<<20)
 		},
 	}
 }
@@ -105,7 +106,7 @@ func serveCommand() *cli.Command {
 // sandbox is killed and the run recorded as cancelled) and serveStdio
 // returns once the handlers are done, for the deferred closes to remove
 // the pool, views and run dirs. A second signal exits at once.
-func serveStdio(ctx context.Context, s *server.MCPServer, workers int) error {
+func serveStdio(ctx context.Context, s *server.MCPServer, workers, maxMessage int) error {
 	// A client that goes away closes our stdout and stderr too: a write to
 	// them must fail, not kill the process with SIGPIPE (Go's default for
 	// fds 1 and 2) before it has released its sandboxes.
@@ -127,9 +128,7 @@ func serveStdio(ctx context.Context, s *server.MCPServer, workers int) error {
 		slog.Warn("second signal: exiting now", "signal", sig.String())
 		os.Exit(1)
 	}()
-	stdio := server.NewStdioServer(s)
-	server.WithWorkerPoolSize(workers)(stdio)
-	err := stdio.Listen(ctx, os.Stdin, os.Stdout)
+	err := mcp.ServeStdio(ctx, s, os.Stdin, os.Stdout, workers, maxMessage, slog.Default())
 	if errors.Is(err, context.Canceled) {
 		err = nil // stopped by a signal: a clean exit
 	}
