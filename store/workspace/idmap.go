@@ -1,11 +1,9 @@
 package workspace
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -71,19 +69,4 @@ func (m *idmap) close() {
 	if m != nil && m.userns != nil {
 		m.userns.Close()
 	}
-}
-
-// probeIDMap checks that an idmapped bind of dir can be the lower layer of
-// an overlay here (it needs Linux 5.19 or newer, and a filesystem that
-// supports idmapped mounts), with the scratch dir probe.
-func probeIDMap(m *idmap, dir, probe string) error {
-	lower := filepath.Join(probe, "lower")
-	if err := os.Mkdir(lower, 0o700); err != nil {
-		return err
-	}
-	defer os.Remove(lower)
-	if err := m.bind(dir, lower); err != nil {
-		return err
-	}
-	return errors.Join(unix.Unmount(lower, unix.MNT_DETACH))
 }
