@@ -134,6 +134,8 @@ type Runtime struct {
 	live    map[string]bool // run ids in progress, which Sweep must not touch
 	bg      sync.WaitGroup  // cleanup running off the request path
 	cgroups *cgroupFS
+	delegMu sync.Mutex
+	deleg   *delegation      // rootless only: where sandbox cgroups go (rootless.go)
 	pools   map[string]*pool // by image
 	pooled  map[string]*pool // by language name
 }
