@@ -34,7 +34,7 @@ if [ -b /dev/vdc ]; then
 	root=/home/sp/.local/share/sandpit/rootless/root
 	runuser -u sp -- mkdir -p "$root"
 	mount /dev/vdc "$root"
-	say "language image pre-imported: $(du -sh "$root" | cut -f1) at $root"
+	say "language image pre-imported: $(df -h --output=used "$root" | tail -n1 | tr -d " ") used on /dev/vdc at $root"
 else
 	say "no image disk: serve.sh imports the language image from /payload/cache"
 fi

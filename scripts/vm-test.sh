@@ -260,15 +260,15 @@ make_payload() {
 }
 
 run_vm() {
-	local mode=$1 dir work start log rc boot entry images
+	local mode=$1 dir start log rc boot entry images
 	for bin in qemu-system-x86_64 mkfs.ext4; do
 		command -v "$bin" >/dev/null || die "$bin is missing (hint: sudo scripts/install-deps.sh --vm)"
 	done
 	dir=$(build_guest)
 	mkdir -p bin
 	go build -o bin/sandpit ./cmd/sandpit
-	work=$(mktemp -d /var/tmp/sandpit-vm.XXXXXX)
-	trap 'rm -rf "$work"' EXIT
+	work=$(mktemp -d /var/tmp/sandpit-vm.XXXXXX) # global: the EXIT trap needs it
+	trap 'rm -rf "${work:-}"' EXIT
 	start=$(date +%s)
 	entry=$(image_entry)
 	images=()
