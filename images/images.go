@@ -49,8 +49,9 @@ var (
 // Builder builds recipes into containerd. The zero value needs only Client.
 type Builder struct {
 	Client *containerd.Client
-	// CacheDir keeps built rootfs layers; default $SANDPIT_CACHE_DIR or
-	// DefaultCacheDir.
+	// CacheDir keeps built rootfs layers; default $SANDPIT_CACHE_DIR, else
+	// DefaultCacheDir for root and ~/.cache/sandpit/images for a normal
+	// (or rootless) user.
 	CacheDir string
 	// Mirror is the Debian mirror; default DefaultMirror.
 	Mirror string
@@ -76,6 +77,12 @@ func (b *Builder) cacheDir() string {
 	}
 	if d := os.Getenv(EnvCacheDir); d != "" {
 		return d
+	}
+	if os.Geteuid() != 0 || inUserNamespace() {
+		// A normal user (rootless) cannot write /var/cache: use theirs.
+		if d, err := os.UserCacheDir(); err == nil {
+			return filepath.Join(d, "sandpit", "images")
+		}
 	}
 	return DefaultCacheDir
 }

@@ -157,6 +157,15 @@ func debootstrap(ctx context.Context, r Recipe, mirror, rootfs string, out io.Wr
 	}
 	args = append(args, r.Suite, rootfs, mirror)
 	cmd := exec.CommandContext(ctx, path, args...)
+	if inUserNamespace() {
+		// Rootless (root of rootlesskit's user namespace): device nodes
+		// cannot be made there, and /proc can be mounted only in a pid
+		// namespace of our own. In container mode ("container=lxc")
+		// debootstrap bind-mounts the host's device nodes instead of
+		// mknod'ing them; unshare gives it the pid and mount namespaces.
+		unshareArgs := append([]string{"--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM", "--", "env", "container=lxc", path}, args...)
+		cmd = exec.CommandContext(ctx, "unshare", unshareArgs...)
+	}
 	cmd.Stdout, cmd.Stderr = out, out
 	// debootstrap mounts /proc and /sys inside the target and unmounts them
 	// on exit from a trap: a SIGKILL would leave them mounted.
@@ -169,6 +178,21 @@ func debootstrap(ctx context.Context, r Recipe, mirror, rootfs string, out io.Wr
 		return fmt.Errorf("debootstrap %s from %s: %v: %w", r.Suite, mirror, err, ErrBuild)
 	}
 	return nil
+}
+
+// inUserNamespace reports whether this process runs in a user namespace
+// that does not map the host's root (as inside rootlesskit).
+func inUserNamespace() bool {
+	b, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "0" && f[1] == "0" {
+			return false
+		}
+	}
+	return true
 }
 
 // probeEnv is the environment language probes run with.

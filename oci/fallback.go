@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/containerd/containerd/containers"
 	coci "github.com/containerd/containerd/oci"
@@ -28,6 +29,20 @@ func WithoutCgroupLimits() coci.SpecOpts {
 			s.Linux.Resources.Memory = nil
 			s.Linux.Resources.CPU = nil
 			s.Linux.Resources.Pids = nil
+		}
+		return nil
+	}
+}
+
+// WithRelativeCgroupsPath makes the spec's cgroupsPath (containerd's
+// default is /<namespace>/<id>) relative. runc resolves a relative path under
+// the parent of its own cgroup, which for a rootless containerd on cgroup v2
+// is the subtree systemd delegated to it: there rootless runc may create the
+// sandbox's cgroup and enforce its limits. It must follow WithHardening.
+func WithRelativeCgroupsPath() coci.SpecOpts {
+	return func(_ context.Context, _ coci.Client, _ *containers.Container, s *coci.Spec) error {
+		if s.Linux != nil {
+			s.Linux.CgroupsPath = strings.TrimLeft(s.Linux.CgroupsPath, "/")
 		}
 		return nil
 	}

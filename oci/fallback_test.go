@@ -60,3 +60,14 @@ func TestAddressSpaceLimitRejects(t *testing.T) {
 		})
 	}
 }
+
+func TestRelativeCgroupsPath(t *testing.T) {
+	s := mustGenerate(t, WithHardening(testProfile()), WithRelativeCgroupsPath())
+	// mustGenerate makes container "run-1" in namespace "sandpit" (the golden file's path).
+	if got, want := s.Linux.CgroupsPath, "sandpit/run-1"; got != want {
+		t.Errorf("cgroupsPath = %q, want %q (relative: runc puts it under its own cgroup's parent)", got, want)
+	}
+	if s.Linux.Resources.Memory == nil || s.Linux.Resources.Pids == nil || s.Linux.Resources.CPU == nil {
+		t.Error("limits dropped: a relative path must keep them")
+	}
+}

@@ -2,14 +2,18 @@ package runtime
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
-	"sync"
+	"time"
 
 	"github.com/containerd/containerd"
 	coci "github.com/containerd/containerd/oci"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/oci"
@@ -54,76 +58,136 @@ func mapsHostRoot(uidMap string) bool {
 	return false
 }
 
-// RootlessCgroups says whether a rootless containerd on this host can
-// enforce memory, pids and CPU limits, and why.
-func RootlessCgroups() (ok bool, reason string) { return rootlessCgroupsOnce() }
+// RootlessCgroups says whether the rootless containerd listening at address
+// can enforce memory, pids and CPU limits on this host, and why.
+func RootlessCgroups(address string) (ok bool, reason string) {
+	d := probeDelegation(address)
+	return d.ok, d.reason
+}
 
-// The host's cgroup layout does not change while sandpit runs; probing
-// delegation creates a file, so it is done once.
-var rootlessCgroupsOnce = sync.OnceValues(func() (bool, string) {
-	return rootlessCgroups(DetectCgroups(), "/sys/fs/cgroup", selfCgroupV2())
-})
+// delegation is where a rootless containerd's sandboxes get their cgroups.
+type delegation struct {
+	ok     bool
+	reason string
+	// parent is the cgroup v2 directory (relative to the cgroup2 root)
+	// under which runc creates each sandbox's cgroup: sandpit gives runc a
+	// relative cgroupsPath, which runc resolves under the parent of its own
+	// cgroup, the one containerd and its shims run in.
+	parent string
+	// final is false when the daemon could not be reached: probe again.
+	final bool
+}
 
-// selfCgroupV2 is this process's cgroup v2 path ("0::/path" in /proc/self/cgroup).
-func selfCgroupV2() string {
-	b, err := os.ReadFile("/proc/self/cgroup")
+// probeDelegation finds the rootless containerd at address through its
+// socket's peer credentials and checks the cgroup its sandboxes will be
+// created under. With systemd, that is the subtree scripts/rootless.sh gets
+// delegated for the daemon (a Delegate=yes unit of the user's manager).
+func probeDelegation(address string) delegation {
+	mode := DetectCgroups()
+	if mode != CgroupV2 {
+		ok, reason := rootlessCgroups(mode, "/sys/fs/cgroup", "/")
+		return delegation{ok: ok, reason: reason, final: true}
+	}
+	pid, err := peerPID(address)
 	if err != nil {
-		return ""
+		return delegation{reason: fmt.Sprintf("cgroup v2, but the containerd at %s could not be asked for its process: %v", address, err)}
+	}
+	self, err := procCgroupV2(pid)
+	if err != nil {
+		return delegation{reason: fmt.Sprintf("cgroup v2, but containerd's cgroup is unknown: %v", err), final: true}
+	}
+	parent := filepath.Dir(self)
+	ok, reason := rootlessCgroups(mode, "/sys/fs/cgroup", parent)
+	return delegation{ok: ok, reason: reason, parent: parent, final: true}
+}
+
+// peerPID is the process id of whoever listens on the unix socket path.
+func peerPID(path string) (int, error) {
+	conn, err := net.DialTimeout("unix", path, 3*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	raw, err := conn.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, err
+	}
+	if credErr != nil {
+		return 0, fmt.Errorf("SO_PEERCRED: %w", credErr)
+	}
+	if cred.Pid <= 0 {
+		return 0, errors.New("its process is not visible from this pid namespace")
+	}
+	return int(cred.Pid), nil
+}
+
+// procCgroupV2 is a process's cgroup v2 path ("0::/path" in /proc/PID/cgroup).
+func procCgroupV2(pid int) (string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return "", err
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if p, ok := strings.CutPrefix(line, "0::"); ok {
-			return p
+			return p, nil
 		}
 	}
-	return ""
+	return "", fmt.Errorf("/proc/%d/cgroup has no cgroup v2 entry", pid)
 }
 
-// rootlessCgroups decides from the cgroup mode and, on v2, from whether this
-// user's cgroup is delegated: writable, with the controllers sandboxes need.
-func rootlessCgroups(mode CgroupMode, root, self string) (bool, string) {
+// rootlessCgroups decides from the cgroup mode and, on v2, from whether the
+// cgroup dir (relative to root) that sandbox cgroups go under is delegated
+// to this user: writable, with the controllers sandboxes need available,
+// and able to enable them for its children.
+func rootlessCgroups(mode CgroupMode, root, dir string) (bool, string) {
 	switch mode {
 	case CgroupV1, CgroupHybrid:
 		return false, fmt.Sprintf("cgroup %s: rootless runc cannot create cgroups here, so memory, pids and CPU limits cannot be enforced", mode)
 	case CgroupNone:
 		return false, "no cgroup filesystem is mounted"
 	}
-	dir := filepath.Join(root, self)
-	ctl, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	path := filepath.Join(root, dir)
+	ctl, err := os.ReadFile(filepath.Join(path, "cgroup.controllers"))
 	if err != nil {
-		return false, fmt.Sprintf("cgroup v2, but %s is unreadable: %v", dir, err)
+		return false, fmt.Sprintf("cgroup v2, but %s is unreadable: %v", path, err)
 	}
-	have := strings.Fields(string(ctl))
+	missing := missingControllers(string(ctl))
+	if len(missing) > 0 {
+		return false, fmt.Sprintf("cgroup v2, but controllers %s are not delegated to %s (systemd delegates memory, pids and cpu to user@UID.service by default; check Delegate= of user@.service)", strings.Join(missing, ", "), path)
+	}
+	for _, f := range []string{"", "cgroup.subtree_control", "cgroup.procs"} {
+		if err := unix.Access(filepath.Join(path, f), unix.W_OK); err != nil {
+			return false, fmt.Sprintf("cgroup v2, but %s is not writable by this user (not delegated to it): %v", filepath.Join(path, f), err)
+		}
+	}
+	// A cgroup with processes of its own cannot enable controllers for its
+	// children (cgroup v2's no-internal-processes rule).
+	sub, _ := os.ReadFile(filepath.Join(path, "cgroup.subtree_control"))
+	procs, _ := os.ReadFile(filepath.Join(path, "cgroup.procs"))
+	if len(missingControllers(string(sub))) > 0 && len(strings.TrimSpace(string(procs))) > 0 {
+		return false, fmt.Sprintf("cgroup v2, but %s holds processes, so memory, pids and cpu cannot be enabled for the sandboxes' cgroups under it (start containerd with scripts/rootless.sh start, which runs it in a leaf cgroup of its own delegated unit)", path)
+	}
+	return true, "cgroup v2 with memory, pids and cpu delegated to " + path
+}
+
+// missingControllers lists which of memory, pids and cpu a
+// cgroup.controllers or cgroup.subtree_control line lacks.
+func missingControllers(line string) []string {
+	have := strings.Fields(line)
 	var missing []string
 	for _, c := range []string{"memory", "pids", "cpu"} {
-		if !contains(have, c) {
+		if !slices.Contains(have, c) {
 			missing = append(missing, c)
 		}
 	}
-	if len(missing) > 0 {
-		return false, fmt.Sprintf("cgroup v2, but controllers %s are not delegated to %s", strings.Join(missing, ", "), dir)
-	}
-	if err := accessW(dir); err != nil {
-		return false, fmt.Sprintf("cgroup v2, but %s is not writable by this user (no delegation): %v", dir, err)
-	}
-	return true, "cgroup v2 with memory, pids and cpu delegated to " + dir
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-func accessW(dir string) error {
-	f, err := os.CreateTemp(dir, ".sandpit-probe-")
-	if err != nil {
-		return err
-	}
-	f.Close()
-	return os.Remove(f.Name())
+	return missing
 }
 
 // limitsUnenforceableError explains what is wrong and what to do.
@@ -140,6 +204,9 @@ type fallback struct {
 	unenforced []string // limits reported as not enforced (empty: all hold)
 	opts       []coci.SpecOpts
 	killAll    bool // the sandbox has its own cgroup: WithKillAll and its usage counters work
+	// cgroupParent is set when sandbox cgroups live under a rootless
+	// daemon's delegated cgroup rather than at /<namespace>/<id>.
+	cgroupParent string
 }
 
 // planFallback decides, from the configuration and whether cgroups can be
@@ -174,8 +241,31 @@ func (r *Runtime) fallback() fallback {
 	if !r.cfg.Rootless {
 		return fallback{killAll: true}
 	}
-	ok, reason := RootlessCgroups()
-	return planFallback(r.cfg, ok, reason)
+	d := r.delegation()
+	f := planFallback(r.cfg, d.ok, d.reason)
+	if d.ok {
+		// runc resolves a relative path under the delegated parent.
+		f.opts = append(f.opts, oci.WithRelativeCgroupsPath())
+		f.cgroupParent = d.parent
+	}
+	return f
+}
+
+// delegation probes once per runtime where a rootless containerd's
+// sandboxes get their cgroups; a daemon that did not answer is asked again
+// next time.
+func (r *Runtime) delegation() delegation {
+	r.delegMu.Lock()
+	defer r.delegMu.Unlock()
+	if r.deleg != nil {
+		return *r.deleg
+	}
+	d := probeDelegation(r.cfg.Address)
+	if d.final {
+		r.deleg = &d
+		r.log.Info("rootless cgroups", "enforced", d.ok, "reason", d.reason)
+	}
+	return d
 }
 
 // checkLimits refuses to run when limits cannot be enforced and the

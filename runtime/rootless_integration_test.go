@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 	"github.com/sandpit-dev/sandpit/runtime"
 )
 
@@ -13,7 +14,7 @@ import (
 // cannot create cgroups (cgroup v1 or hybrid, like CI's), a rootless runtime
 // refuses to run code unless the operator opts in.
 func TestRootlessRefusesUnenforceableLimits(t *testing.T) {
-	if ok, reason := runtime.RootlessCgroups(); ok {
+	if ok, reason := runtime.RootlessCgroups(testenv.Containerd(t)); ok {
 		t.Skipf("this host can enforce limits rootless (%s); the refusal cannot be observed", reason)
 	}
 	r := newRuntime(t, func(c *runtime.Config) { c.Rootless = true })
@@ -27,7 +28,7 @@ func TestRootlessRefusesUnenforceableLimits(t *testing.T) {
 // rlimits instead) against the test containerd, and checks that the result
 // says what was not enforced and that the rlimit fallbacks hold.
 func TestUnenforcedLimitsFallback(t *testing.T) {
-	if ok, _ := runtime.RootlessCgroups(); ok {
+	if ok, _ := runtime.RootlessCgroups(testenv.Containerd(t)); ok {
 		t.Skip("this host can enforce limits rootless: no fallback is used")
 	}
 	r := newRuntime(t, func(c *runtime.Config) {

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,32 +32,84 @@ func TestMapsHostRoot(t *testing.T) {
 }
 
 func TestRootlessCgroups(t *testing.T) {
-	delegated := t.TempDir()
-	os.MkdirAll(filepath.Join(delegated, "user.slice"), 0o755)
-	os.WriteFile(filepath.Join(delegated, "user.slice", "cgroup.controllers"), []byte("cpuset cpu io memory pids\n"), 0o644)
-	partial := t.TempDir()
-	os.WriteFile(filepath.Join(partial, "cgroup.controllers"), []byte("memory\n"), 0o644)
+	// cgroup writes a fake cgroup v2 dir under root.
+	cgroup := func(root, dir, controllers, subtree, procs string) {
+		p := filepath.Join(root, dir)
+		os.MkdirAll(p, 0o755)
+		os.WriteFile(filepath.Join(p, "cgroup.controllers"), []byte(controllers), 0o644)
+		os.WriteFile(filepath.Join(p, "cgroup.subtree_control"), []byte(subtree), 0o644)
+		os.WriteFile(filepath.Join(p, "cgroup.procs"), []byte(procs), 0o644)
+	}
+	root := t.TempDir()
+	// scripts/rootless.sh's layout: the daemon in a leaf of its unit, which
+	// has no processes of its own.
+	cgroup(root, "/user.slice/unit", "cpuset cpu io memory pids\n", "", "")
+	cgroup(root, "/partial", "memory\n", "", "")
+	cgroup(root, "/busy", "cpu memory pids\n", "", "4242\n")
+	cgroup(root, "/busy-enabled", "cpu memory pids\n", "cpu memory pids\n", "4242\n")
+	os.MkdirAll(filepath.Join(root, "no-files"), 0o755)
+	os.WriteFile(filepath.Join(root, "no-files", "cgroup.controllers"), []byte("cpu memory pids\n"), 0o644)
 	tests := []struct {
-		name       string
-		mode       CgroupMode
-		root, self string
-		want       bool
-		reasonHas  string
+		name      string
+		mode      CgroupMode
+		root, dir string
+		want      bool
+		reasonHas string
 	}{
 		{"v1", CgroupV1, "/sys/fs/cgroup", "/", false, "rootless runc cannot create cgroups"},
 		{"hybrid", CgroupHybrid, "/sys/fs/cgroup", "/", false, "cgroup hybrid"},
 		{"none", CgroupNone, "/sys/fs/cgroup", "/", false, "no cgroup"},
-		{"v2 delegated", CgroupV2, delegated, "/user.slice", true, "delegated"},
-		{"v2 missing controllers", CgroupV2, partial, "/", false, "pids, cpu are not delegated"},
-		{"v2 unreadable", CgroupV2, t.TempDir(), "/nope", false, "unreadable"},
+		{"v2 delegated", CgroupV2, root, "/user.slice/unit", true, "delegated to " + root + "/user.slice/unit"},
+		{"v2 missing controllers", CgroupV2, root, "/partial", false, "pids, cpu are not delegated"},
+		{"v2 unreadable", CgroupV2, root, "/nope", false, "unreadable"},
+		{"v2 no control files", CgroupV2, root, "/no-files", false, "not writable"},
+		{"v2 parent holds processes", CgroupV2, root, "/busy", false, "holds processes"},
+		{"v2 processes but controllers already on", CgroupV2, root, "/busy-enabled", true, "delegated"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, reason := rootlessCgroups(tt.mode, tt.root, tt.self)
+			got, reason := rootlessCgroups(tt.mode, tt.root, tt.dir)
 			if got != tt.want || !strings.Contains(reason, tt.reasonHas) {
 				t.Errorf("got %v %q, want %v and a reason containing %q", got, reason, tt.want, tt.reasonHas)
 			}
 		})
+	}
+}
+
+func TestPeerPID(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			c.Close()
+		}
+	}()
+	got, err := peerPID(sock)
+	if err != nil || got != os.Getpid() {
+		t.Errorf("peerPID = %d, %v; want this process, %d", got, err, os.Getpid())
+	}
+	if _, err := peerPID(filepath.Join(t.TempDir(), "none.sock")); err == nil {
+		t.Error("peerPID of a missing socket: no error")
+	}
+}
+
+func TestProcCgroupV2(t *testing.T) {
+	if _, err := os.Stat("/proc/self/cgroup"); err != nil {
+		t.Skip("no /proc/self/cgroup")
+	}
+	p, err := procCgroupV2(os.Getpid())
+	if DetectCgroups() == CgroupV1 {
+		if err == nil {
+			t.Errorf("pure cgroup v1 host, yet a v2 path %q", p)
+		}
+		return
+	}
+	if err != nil || !strings.HasPrefix(p, "/") {
+		t.Errorf("procCgroupV2 = %q, %v; want an absolute path", p, err)
 	}
 }
 

@@ -356,11 +356,13 @@ func (r *Runtime) steps(ctx context.Context, c *containerd.Client, img container
 // a task whose child was OOM-killed can still exit 0.
 func (r *Runtime) usage(ctx context.Context, task containerd.Task) sandpit.Usage {
 	var u sandpit.Usage
-	if !r.fallback().killAll {
+	f := r.fallback()
+	if !f.killAll {
 		return u // no cgroup of its own: the counters would be a parent's
 	}
-	// containerd's default spec puts the sandbox at /<namespace>/<id>.
-	if u, ok := r.cgroups.usage("/" + r.cfg.Namespace + "/" + task.ID()); ok {
+	// containerd's default spec puts the sandbox at /<namespace>/<id>;
+	// rootless, that path is relative to the daemon's delegated cgroup.
+	if u, ok := r.cgroups.usage(f.cgroupParent + "/" + r.cfg.Namespace + "/" + task.ID()); ok {
 		return u
 	}
 	m, err := task.Metrics(ctx)

@@ -142,6 +142,8 @@ type Runtime struct {
 	closing   chan struct{}   // closed by Close: background retries stop
 	closeOnce sync.Once
 	cgroups   *cgroupFS
+	delegMu   sync.Mutex
+	deleg     *delegation      // rootless only: where sandbox cgroups go (rootless.go)
 	pools     map[string]*pool // by image
 	pooled    map[string]*pool // by language name
 }

@@ -1,20 +1,48 @@
 #!/usr/bin/env bash
-# Run the sandpit MCP server on stdio, setting up everything it needs first:
-# packages (containerd, runc, debootstrap), the sandpit binary, and — inside
-# sandpit itself — a private containerd when no system one answers and the
-# language image on first use. Point an MCP client at this script.
+# Run the sandpit MCP server on stdio, setting up everything it needs first.
+# Point an MCP client at this script.
 #
-#   sudo scripts/serve.sh [serve flags...]     e.g. --workspace /srv/agent
+#   scripts/serve.sh [serve flags...]          as a normal user (rootless)
+#   sudo scripts/serve.sh [serve flags...]     as root
+#   e.g. --workspace /srv/agent
+#
+# As a normal user it checks the programs a rootless containerd needs and
+# the user's /etc/subuid and /etc/subgid ranges (saying how to fix what is
+# missing; it never uses sudo), starts a rootless containerd for this user
+# (scripts/rootless.sh: rootlesskit, and on cgroup v2 with systemd a
+# delegated unit of the user's own manager, so every limit is enforced), and
+# serves inside its namespaces; the language image is built or imported into
+# it on first use, cached in ~/.cache/sandpit/images. On a host where limits
+# cannot be enforced rootless (cgroup v1, or no delegation), it says why and
+# what to do, and sandpit refuses to run code.
+#
+# As root it installs containerd, runc and debootstrap if missing, and sandpit
+# uses the system containerd if one answers or starts a private one.
 #
 # stdout is the MCP protocol: everything else goes to stderr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
 export PATH="/usr/local/go/bin:$PATH"
-mkdir -p bin
-# Rebuild only when a source file is newer than the binary.
-if [ ! -x bin/sandpit ] || [ -n "$(find cmd runtime oci mcp store images internal go.mod go.sum -newer bin/sandpit -print -quit)" ]; then
+
+# Rebuild only when a source file is newer than the binary (a copy with
+# bin/sandpit and scripts/ only never rebuilds).
+stale() {
+	[ ! -x bin/sandpit ] || [ -n "$(find cmd runtime oci mcp store images internal go.mod go.sum -newer bin/sandpit -print -quit 2>/dev/null)" ]
+}
+deps=()
+stale || deps+=(--no-go)
+[ "$(id -u)" -eq 0 ] || deps+=(--rootless)
+scripts/install-deps.sh "${deps[@]}"
+if stale; then
 	echo "serve.sh: building bin/sandpit" >&2
+	mkdir -p bin
 	go build -o bin/sandpit ./cmd/sandpit >&2
 fi
-exec bin/sandpit serve "$@"
+
+if [ "$(id -u)" -eq 0 ]; then
+	exec bin/sandpit serve "$@"
+fi
+
+sock=$(scripts/rootless.sh start)
+export SANDPIT_CACHE_DIR=${SANDPIT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sandpit/images}
+exec scripts/rootless.sh exec -- "$PWD/bin/sandpit" serve --address "$sock" "$@"

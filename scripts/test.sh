@@ -2,7 +2,9 @@
 # The whole test suite, exactly as CI runs it (.ci/run calls this):
 # installs what is missing, starts a private containerd, builds the language
 # image (or reuses the cached one), then runs every test — the containerd
-# integration tests included, which fail rather than skip here — as root.
+# integration tests included, which fail rather than skip here — as root,
+# and last the rootless smoke suite in a cgroup v2 + systemd guest under qemu
+# (scripts/vm-test.sh; SANDPIT_VM_TEST=0 skips it, saying so).
 #
 #   sudo scripts/test.sh
 set -euo pipefail
@@ -12,7 +14,9 @@ if [ "$(id -u)" -ne 0 ]; then
 	exit 1
 fi
 start=$(date +%s)
-scripts/install-deps.sh
+vm=--vm
+[ "${SANDPIT_VM_TEST:-1}" = 0 ] && vm=
+scripts/install-deps.sh $vm
 export PATH="/usr/local/go/bin:$PATH"
 
 echo "== build"
@@ -44,5 +48,13 @@ go test -count=1 -timeout 30m ./...
 if [ -x scripts/inspector-test.sh ]; then
 	echo "== MCP Inspector (third-party client)"
 	scripts/inspector-test.sh "$sock"
+fi
+if [ "${SANDPIT_VM_TEST:-1}" = 0 ]; then
+	echo "== rootless VM test: SKIPPED (SANDPIT_VM_TEST=0)"
+else
+	echo "== rootless on cgroup v2 + systemd (qemu guest)"
+	vm_start=$(date +%s)
+	scripts/vm-test.sh
+	echo "== rootless VM test passed in $(( $(date +%s) - vm_start ))s"
 fi
 echo "== all tests passed in $(( $(date +%s) - start ))s"

@@ -167,7 +167,7 @@ func checkRootlessLimits(d *doctorEnv) []check {
 	if !d.c.Bool("rootless") && d.root && !runtime.IsRootless() {
 		return nil
 	}
-	ok, reason := runtime.RootlessCgroups()
+	ok, reason := runtime.RootlessCgroups(d.addr)
 	lim := check{name: "limits", ok: ok, info: "rootless: " + reason}
 	switch {
 	case !ok && d.c.Bool("allow-unenforced-limits"):

@@ -30,7 +30,7 @@ const logRingSize = 1000
 // historyDefaultPath is /var/lib/sandpit/history.db for root,
 // $XDG_STATE_HOME/sandpit/history.db (default ~/.local/state) otherwise.
 func historyDefaultPath() string {
-	if os.Geteuid() == 0 {
+	if systemWide() {
 		return "/var/lib/sandpit/history.db"
 	}
 	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
