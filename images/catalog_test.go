@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
 func TestDefaultCatalog(t *testing.T) {
@@ -187,5 +189,15 @@ func TestWriteFiles(t *testing.T) {
 	if err := writeFiles(root, map[string]string{"/escape/tmp/sandpit-test-escape": "x"}); err == nil {
 		os.Remove("/tmp/sandpit-test-escape")
 		t.Error("a file through a symlink out of the rootfs was written")
+	}
+}
+
+// The test images are the catalog's: testenv cannot import this package.
+func TestTestImagesAreTheCatalogs(t *testing.T) {
+	c := DefaultCatalog()
+	for name, want := range map[string]string{"toolchain": testenv.DefaultImage, "datascience": testenv.DefaultDataImage} {
+		if r, err := c.Recipe(name); err != nil || r.Ref != want {
+			t.Errorf("catalog image %s has ref %q (%v); testenv says %s", name, r.Ref, err, want)
+		}
 	}
 }
