@@ -62,6 +62,9 @@ func runBench(c *cli.Context) error {
 	for _, f := range []string{"namespace", "runtime", "runc-binary", "userns", "memory-mb", "pids", "cpus", "output-kb"} {
 		serveArgs = append(serveArgs, fmt.Sprintf("--%s=%v", f, c.Value(f)))
 	}
+	if c.String("catalog") != "" { // the same languages on the same images
+		serveArgs = append(serveArgs, "--catalog="+c.String("catalog"))
+	}
 	prefix := "bench"
 	if c.IsSet("instance") {
 		prefix = c.String("instance")
