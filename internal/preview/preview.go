@@ -2,7 +2,8 @@
 // be shown: PNG, JPEG, GIF or WebP, scaled down to a bounded size.
 //
 // The guarantee: no input makes it allocate more than a bound fixed by
-// Limits, whatever the file claims. Dimensions are read from the header
+// Limits, whatever the file claims, and no more than two images are
+// decoded at once. Dimensions are read from the header
 // before anything is decoded; an image decoded whole has at most MaxPixels
 // pixels, and a larger PNG (a 10,000 × 10,000 chart, a decompression bomb)
 // is scaled row by row, holding one input row and the output at a time.
@@ -40,6 +41,11 @@ type Limits struct {
 // DefaultLimits: a long edge of 1568 px (what vision models take without
 // scaling themselves), 1 MiB, 24 MP decoded whole (96 MiB), 150 MP streamed (a few seconds of CPU).
 var DefaultLimits = Limits{MaxEdge: 1568, MaxBytes: 1 << 20, MaxPixels: 24_000_000, MaxStreamPixels: 150_000_000}
+
+// concurrentDecodes bounds how many images are decoded or scaled at once.
+const concurrentDecodes = 2
+
+var decodeSlots = make(chan struct{}, concurrentDecodes)
 
 // ErrTooLarge: the image is larger than the limits allow to decode.
 var ErrTooLarge = errors.New("image too large to preview")
@@ -92,6 +98,11 @@ func Make(data []byte, l Limits) (Image, error) {
 	}
 	tw, th := fit(w, h, l.MaxEdge)
 	pixels := int64(w) * int64(h)
+	// The bound holds for the server, not only per image: at most
+	// concurrentDecodes images are decoded at once, whatever the number of
+	// tool calls in flight.
+	decodeSlots <- struct{}{}
+	defer func() { <-decodeSlots }()
 	var img image.Image
 	switch {
 	case pixels <= l.MaxPixels:
