@@ -350,9 +350,14 @@ func (b *suite) python() runtime.LanguageSpec {
 	return runtime.DefaultLanguages(images.DefaultRef)[0]
 }
 
+// runTimeout bounds one benchmark run: far above any sane latency (a
+// loaded host takes seconds to import pandas), so a slow run is measured,
+// not failed.
+const runTimeout = 60 * time.Second
+
 func sandpitRun(rt *runtime.Runtime, lang, code, want string) func(context.Context) error {
 	return func(ctx context.Context) error {
-		res, err := rt.Run(ctx, sandpit.Request{Language: lang, Code: code})
+		res, err := rt.Run(ctx, sandpit.Request{Language: lang, Code: code, Timeout: runTimeout})
 		if err != nil {
 			return err
 		}
@@ -429,7 +434,7 @@ func mcpRun(cl *client.Client, lang, code, want string) func(context.Context) er
 	return func(ctx context.Context) error {
 		var req mcpgo.CallToolRequest
 		req.Params.Name = "run_code"
-		req.Params.Arguments = map[string]any{"language": lang, "code": code}
+		req.Params.Arguments = map[string]any{"language": lang, "code": code, "timeout_seconds": runTimeout.Seconds()}
 		res, err := cl.CallTool(ctx, req)
 		if err != nil {
 			return err
