@@ -3,6 +3,7 @@ module github.com/sandpit-dev/sandpit
 go 1.25.5
 
 require (
+	github.com/BurntSushi/toml v1.5.0
 	github.com/containerd/cgroups/v3 v3.0.2
 	github.com/containerd/containerd v1.7.35
 	github.com/containerd/containerd/api v1.8.0
@@ -15,6 +16,7 @@ require (
 	github.com/opencontainers/runtime-spec v1.1.0
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	github.com/urfave/cli/v2 v2.27.7
+	golang.org/x/image v0.30.0
 	golang.org/x/sys v0.45.0
 	golang.org/x/text v0.37.0
 	google.golang.org/grpc v1.59.0

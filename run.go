@@ -88,4 +88,7 @@ type Language struct {
 	Version     string   `json:"version"`
 	Description string   `json:"description"`
 	Aliases     []string `json:"aliases,omitempty"`
+	// Libraries are what programs can import beyond the standard library,
+	// as "module version" (e.g. "pandas 1.5.3"), from the image's labels.
+	Libraries []string `json:"libraries,omitempty"`
 }

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -200,10 +201,21 @@ func (b *Builder) fill(ctx context.Context, r Recipe, tmp string, log *slog.Logg
 	if err := customise(rootfs); err != nil {
 		return entry{}, err
 	}
+	if err := writeFiles(rootfs, r.Files); err != nil {
+		return entry{}, err
+	}
+	if err := runSetup(ctx, r, rootfs, probe); err != nil {
+		return entry{}, err
+	}
 	labels, err := probeVersions(ctx, r, rootfs, probe)
 	if err != nil {
 		return entry{}, err
 	}
+	libs, err := probeLibraries(ctx, r, rootfs, probe)
+	if err != nil {
+		return entry{}, err
+	}
+	maps.Copy(labels, libs)
 	diffID, size, err := writeLayer(ctx, rootfs, filepath.Join(tmp, layerFile))
 	if err != nil {
 		return entry{}, err
@@ -230,8 +242,13 @@ func (b *Builder) Ensure(ctx context.Context, r Recipe) error {
 		b.log().Warn("image config unreadable; rebuilding", "ref", r.Ref, "err", err)
 		return b.Build(ctx, r, false)
 	}
-	if key, ok := spec.Config.Labels[LabelRecipe]; ok && key != r.Key() {
-		b.log().Info("image was built from another recipe; rebuilding", "ref", r.Ref, "have", key, "want", r.Key())
+	labels := spec.Config.Labels
+	if key, ok := labels[LabelRecipe]; ok && key != r.Key() && labels[LabelBase] != r.Key() {
+		// Keep what `images build --packages` added to it.
+		if extra := labels[LabelExtraPackages]; extra != "" {
+			r = r.WithPackages(strings.Split(extra, ",")...)
+		}
+		b.log().Info("image was built from another recipe; rebuilding", "ref", r.Ref, "have", key, "want", r.Key(), "extra_packages", r.Extra)
 		return b.Build(ctx, r, false)
 	}
 	if ok, err := img.IsUnpacked(ctx, b.snapshotter()); err == nil && ok {
@@ -250,9 +267,15 @@ type Info struct {
 	Digest  string    `json:"digest"`
 	Size    int64     `json:"size"`
 	Created time.Time `json:"created"`
+	// Name is the catalog name of the recipe it was built from.
+	Name string `json:"name,omitempty"`
 	// Versions maps language names to versions, from the image labels.
 	Versions map[string]string `json:"versions,omitempty"`
-	Unpacked bool              `json:"unpacked"`
+	// Libraries maps language names to "module version" entries.
+	Libraries map[string][]string `json:"libraries,omitempty"`
+	// Extra are the Debian packages added on top of its recipe, with versions.
+	Extra    []string `json:"extra_packages,omitempty"`
+	Unpacked bool     `json:"unpacked"`
 }
 
 // List describes every image in the context's namespace, sorted by ref.
@@ -269,6 +292,8 @@ func List(ctx context.Context, client *containerd.Client) ([]Info, error) {
 		}
 		if spec, err := img.Spec(ctx); err == nil {
 			info.Versions = versions(spec.Config.Labels)
+			info.Name = spec.Config.Labels[LabelImage]
+			info.Libraries, info.Extra = Libraries(spec.Config.Labels)
 			if spec.Created != nil {
 				info.Created = *spec.Created
 			}
@@ -292,6 +317,30 @@ func Versions(ctx context.Context, client *containerd.Client, ref string) (map[s
 		return nil, fmt.Errorf("read config of image %s: %w", ref, err)
 	}
 	return versions(spec.Config.Labels), nil
+}
+
+// Libraries reads an image's labels: per language, its libraries as
+// "module version", sorted; and the Debian packages added on top of its
+// recipe as "package version".
+func Libraries(labels map[string]string) (libs map[string][]string, extra []string) {
+	for k, v := range labels {
+		if rest, ok := strings.CutPrefix(k, LabelLibraryPrefix); ok {
+			if lang, mod, ok := strings.Cut(rest, "."); ok {
+				if libs == nil {
+					libs = map[string][]string{}
+				}
+				libs[lang] = append(libs[lang], mod+" "+v)
+			}
+		}
+		if pkg, ok := strings.CutPrefix(k, LabelPackagePrefix); ok {
+			extra = append(extra, pkg+" "+v)
+		}
+	}
+	for _, l := range libs {
+		sort.Slice(l, func(i, j int) bool { return strings.ToLower(l[i]) < strings.ToLower(l[j]) })
+	}
+	sort.Strings(extra)
+	return libs, extra
 }
 
 func versions(labels map[string]string) map[string]string {

@@ -217,3 +217,54 @@ func checkImage(t *testing.T, ctx context.Context, client *containerd.Client, re
 		t.Errorf("hardlink lost in the image: %v %v", errA, errB)
 	}
 }
+
+// An image extended with `images build --packages` is kept by Ensure, and
+// rebuilt with its extra packages when its recipe changes.
+func TestIntegrationExtendedImageIsKept(t *testing.T) {
+	addr := testenv.Containerd(t)
+	client, err := containerd.New(addr, containerd.WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	ctx := namespaces.WithNamespace(t.Context(), testenv.Namespace)
+	b, r, calls := tinyBuilder(t, client)
+	r.Ref = "sandpit.local/test-tiny:extended"
+	Remove(ctx, client, r.Ref)
+	t.Cleanup(func() { Remove(namespaces.WithNamespace(context.Background(), testenv.Namespace), client, r.Ref) })
+	labels := func() map[string]string {
+		t.Helper()
+		img, err := client.GetImage(ctx, r.Ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec, err := img.Spec(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return spec.Config.Labels
+	}
+
+	if err := b.Build(ctx, r.WithPackages("more", "tool"), false); err != nil {
+		t.Fatal(err)
+	}
+	if l := labels(); l[LabelExtraPackages] != "more" || l[LabelBase] != r.Key() {
+		t.Fatalf("labels %v: want the extra package and the base recipe recorded", l)
+	}
+	if err := b.Ensure(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if *calls != 1 || labels()[LabelExtraPackages] != "more" {
+		t.Errorf("Ensure replaced the extended image (bootstrap ran %d times)", *calls)
+	}
+
+	newer := r
+	newer.Packages = append([]string{"extra"}, r.Packages...)
+	if err := b.Ensure(ctx, newer); err != nil {
+		t.Fatal(err)
+	}
+	l := labels()
+	if *calls != 2 || l[LabelExtraPackages] != "more" || l[LabelBase] != newer.Key() || l[LabelRecipe] != newer.WithPackages("more").Key() {
+		t.Errorf("after a recipe change: bootstrap ran %d times, labels %v; want a rebuild that keeps the extra package", *calls, l)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	goruntime "runtime"
+	"strings"
 	"time"
 
 	"github.com/containerd/containerd"
@@ -63,6 +64,15 @@ func imageConfig(r Recipe, e entry) ocispec.Image {
 	labels := map[string]string{LabelRecipe: e.Key}
 	for k, v := range e.Labels {
 		labels[k] = v
+	}
+	if r.Name != "" {
+		labels[LabelImage] = r.Name
+	}
+	if len(r.Extra) > 0 {
+		base := r
+		base.Extra = nil
+		labels[LabelExtraPackages] = strings.Join(r.Extra, ",")
+		labels[LabelBase] = base.Key()
 	}
 	created := e.Created.UTC()
 	return ocispec.Image{

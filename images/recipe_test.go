@@ -14,7 +14,7 @@ func TestRecipeKey(t *testing.T) {
 	}{
 		{"unchanged", func(r *Recipe) {}, true},
 		{"package order", func(r *Recipe) {
-			r.Packages = []string{"coreutils", "bash", "libc6-dev", "g++", "gcc", "python3"}
+			r.Packages = []string{"nodejs", "coreutils", "bash", "libc6-dev", "g++", "gcc", "python3"}
 		}, true},
 		{"duplicate package", func(r *Recipe) { r.Packages = append(r.Packages, "gcc") }, true},
 		{"ref", func(r *Recipe) { r.Ref = "example.org/other:1" }, true},
@@ -25,6 +25,11 @@ func TestRecipeKey(t *testing.T) {
 		{"suite", func(r *Recipe) { r.Suite = "trixie" }, false},
 		{"probe command", func(r *Recipe) { r.Languages[0].Command = []string{"python3", "-V"} }, false},
 		{"probe prefix", func(r *Recipe) { r.Languages[1].Prefix = "" }, false},
+		{"extra package", func(r *Recipe) { *r = r.WithPackages("python3-bs4") }, false},
+		{"extra package already in", func(r *Recipe) { *r = r.WithPackages("gcc") }, true},
+		{"file", func(r *Recipe) { r.Files = map[string]string{"/etc/x": "y"} }, false},
+		{"setup", func(r *Recipe) { r.Setup = []string{"true"} }, false},
+		{"library", func(r *Recipe) { r.Libraries = []Library{{"python", "json", "python3"}} }, false},
 	}
 	want := base.Key()
 	for _, tt := range tests {
@@ -76,6 +81,11 @@ func TestRecipeValidate(t *testing.T) {
 		{"package with comma", func(r *Recipe) { r.Packages = append(r.Packages, "a,b") }, false},
 		{"language without command", func(r *Recipe) { r.Languages[0].Command = nil }, false},
 		{"language with upper case", func(r *Recipe) { r.Languages[0].Name = "Python" }, false},
+		{"extra package option injection", func(r *Recipe) { *r = r.WithPackages("-oAPT::x") }, false},
+		{"library from a package not installed", func(r *Recipe) { r.Libraries = []Library{{"python", "numpy", "python3-numpy"}} }, false},
+		{"library with a bad module", func(r *Recipe) { r.Libraries = []Library{{"python", "os;rm", "python3"}} }, false},
+		{"relative file", func(r *Recipe) { r.Files = map[string]string{"etc/x": ""} }, false},
+		{"file with dot-dot", func(r *Recipe) { r.Files = map[string]string{"/etc/../x": ""} }, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -152,8 +153,8 @@ func debootstrap(ctx context.Context, r Recipe, mirror, rootfs string, out io.Wr
 		return fmt.Errorf("debootstrap is not installed (hint: apt-get install debootstrap): %w", ErrBuild)
 	}
 	args := []string{"--variant=minbase"}
-	if len(r.Packages) > 0 {
-		args = append(args, "--include="+strings.Join(r.Packages, ","))
+	if pkgs := r.all(); len(pkgs) > 0 {
+		args = append(args, "--include="+strings.Join(pkgs, ","))
 	}
 	args = append(args, r.Suite, rootfs, mirror)
 	cmd := exec.CommandContext(ctx, path, args...)
@@ -233,6 +234,89 @@ func probeVersions(ctx context.Context, r Recipe, rootfs string, probe probeFunc
 		labels[LabelVersionPrefix+l.Name] = l.Prefix + v
 	}
 	return labels, nil
+}
+
+// writeFiles writes the recipe's files into rootfs, world-readable, with
+// their parent directories. A path that leads through a symlink is refused:
+// the rootfs's links point into itself, but followed from the host they
+// would point into the host.
+func writeFiles(rootfs string, files map[string]string) error {
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return fmt.Errorf("recipe files: %w", err)
+	}
+	defer root.Close()
+	for p, content := range files {
+		rel := strings.TrimPrefix(p, "/")
+		if err := root.MkdirAll(filepath.Dir(rel), 0o755); err != nil {
+			return fmt.Errorf("recipe file %s: %w", p, err)
+		}
+		if err := root.WriteFile(rel, []byte(strings.TrimPrefix(content, "\n")), 0o644); err != nil {
+			return fmt.Errorf("recipe file %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// runSetup runs the recipe's setup commands in rootfs, in order.
+func runSetup(ctx context.Context, r Recipe, rootfs string, probe probeFunc) error {
+	for _, cmd := range r.Setup {
+		if _, err := probe(ctx, rootfs, []string{"/bin/sh", "-ec", cmd}); err != nil {
+			return fmt.Errorf("recipe %s setup: %w: %w", r.Name, err, ErrBuild)
+		}
+	}
+	return nil
+}
+
+// probeLibraries records the version of each library's Debian package and
+// of each package added on top of the recipe, from dpkg's database.
+func probeLibraries(ctx context.Context, r Recipe, rootfs string, probe probeFunc) (map[string]string, error) {
+	pkgs := slices.Clone(r.Extra)
+	for _, l := range r.Libraries {
+		pkgs = append(pkgs, l.Package)
+	}
+	labels := map[string]string{}
+	if len(pkgs) == 0 {
+		return labels, nil
+	}
+	out, err := probe(ctx, rootfs, append([]string{"dpkg-query", "-W", "-f", "${Package}\t${Version}\n"}, pkgs...))
+	if err != nil {
+		return nil, fmt.Errorf("library versions: %w: %w", err, ErrBuild)
+	}
+	versions := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if name, v, ok := strings.Cut(line, "\t"); ok && v != "" {
+			versions[strings.TrimSpace(name)] = upstreamVersion(strings.TrimSpace(v))
+		}
+	}
+	for _, l := range r.Libraries {
+		v, ok := versions[l.Package]
+		if !ok {
+			return nil, fmt.Errorf("library %s: package %s is not installed: %w", l.Name, l.Package, ErrBuild)
+		}
+		labels[LabelLibraryPrefix+l.Language+"."+l.Name] = v
+	}
+	for _, p := range r.Extra {
+		if v, ok := versions[p]; ok {
+			labels[LabelPackagePrefix+p] = v
+		}
+	}
+	return labels, nil
+}
+
+// upstreamVersion is a Debian version without its epoch, Debian revision
+// and repack suffix: "1:1.24.2-3" → "1.24.2", "1.5.3+dfsg-2" → "1.5.3".
+func upstreamVersion(v string) string {
+	if _, after, ok := strings.Cut(v, ":"); ok {
+		v = after
+	}
+	if i := strings.LastIndexByte(v, '-'); i > 0 {
+		v = v[:i]
+	}
+	if i := strings.IndexAny(v, "+~"); i > 0 {
+		v = v[:i]
+	}
+	return v
 }
 
 func firstLine(s string) string {

@@ -171,6 +171,7 @@ func TestProbeVersions(t *testing.T) {
 		"gcc":     "gcc (Debian 12.2.0-14) 12.2.0\nCopyright\n",
 		"g++":     "g++ (Debian 12.2.0-14) 12.2.0\n",
 		"bash":    "GNU bash, version 5.2.15(1)-release (x86_64-pc-linux-gnu)\n",
+		"node":    "v18.19.0\n",
 	}
 	probe := func(out map[string]string) probeFunc {
 		return func(_ context.Context, _ string, argv []string) (string, error) {
@@ -187,10 +188,11 @@ func TestProbeVersions(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := map[string]string{
-			LabelVersionPrefix + "python": "3.11.2",
-			LabelVersionPrefix + "c":      "gcc 12.2.0",
-			LabelVersionPrefix + "cpp":    "g++ 12.2.0",
-			LabelVersionPrefix + "bash":   "5.2.15",
+			LabelVersionPrefix + "python":     "3.11.2",
+			LabelVersionPrefix + "c":          "gcc 12.2.0",
+			LabelVersionPrefix + "cpp":        "g++ 12.2.0",
+			LabelVersionPrefix + "bash":       "5.2.15",
+			LabelVersionPrefix + "javascript": "18.19.0",
 		}
 		if len(got) != len(want) {
 			t.Errorf("got %v, want %v", got, want)

@@ -11,6 +11,8 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/preview"
 	"github.com/sandpit-dev/sandpit/store/workspace"
 )
 
@@ -100,17 +102,29 @@ type ReadFileArgs struct {
 type ReadFileResult struct {
 	Path       string `json:"path"`
 	Content    string `json:"content"`
-	Encoding   string `json:"encoding" jsonschema:"utf-8 for text, base64 for binary content"`
+	Encoding   string `json:"encoding" jsonschema:"utf-8 for text, base64 for binary content, image when an image file is returned as image content"`
 	Offset     int64  `json:"offset"`
 	Bytes      int    `json:"bytes" jsonschema:"bytes returned"`
 	Size       int64  `json:"size" jsonschema:"size of the whole file"`
 	EOF        bool   `json:"eof" jsonschema:"true when the content reaches the end of the file"`
 	NextOffset int64  `json:"next_offset,omitempty" jsonschema:"offset to read the rest from, when eof is false"`
+	// Image describes the image block returned instead of content.
+	Image *ImageInfo `json:"image,omitempty" jsonschema:"set when the file is returned as image content"`
+}
+
+// ImageInfo describes an image returned as image content.
+type ImageInfo struct {
+	MIMEType     string `json:"mime_type"`
+	Width        int    `json:"width" jsonschema:"of the image shown"`
+	Height       int    `json:"height"`
+	SourceWidth  int    `json:"source_width" jsonschema:"of the file"`
+	SourceHeight int    `json:"source_height"`
+	Scaled       bool   `json:"scaled" jsonschema:"true when the image shown is scaled down or re-encoded from the file"`
 }
 
 func readFileTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	tool := mcpgo.NewTool("read_file",
-		mcpgo.WithDescription("Read a file from the workspace: text as UTF-8, binary as base64. Large files are read in pieces with offset and limit. FIFOs, devices, sockets and symlinks are refused."),
+		mcpgo.WithDescription("Read a file from the workspace: text as UTF-8, binary as base64, and an image (PNG, JPEG, GIF, WebP) as image content, scaled down when large, unless offset or limit ask for its bytes. Large files are read in pieces with offset and limit. FIFOs, devices, sockets and symlinks are refused."),
 		mcpgo.WithInputSchema[ReadFileArgs](),
 		nonBlank("path"),
 		mcpgo.WithOutputSchema[ReadFileResult](),
@@ -120,6 +134,17 @@ func readFileTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	return tool, handle(cfg, tool, func(ctx context.Context, a ReadFileArgs) (any, string, error) {
 		if a.Offset < 0 || a.Limit < 0 {
 			return nil, "", argErrorf("offset and limit must not be negative")
+		}
+		var note string
+		if preview.Kind(a.Path) == "raster" && a.Offset == 0 && a.Limit == 0 {
+			img, err := cfg.previewFile(ctx, a.Path)
+			if err == nil {
+				return readImageResult(a.Path, img)
+			}
+			if sandpit.ClassOf(err) == sandpit.ErrNotFound || sandpit.ClassOf(err) == sandpit.ErrInvalidArgument {
+				return nil, "", err // no such file, a path outside the workspace: as for any file
+			}
+			note = fmt.Sprintf("\n(not shown as an image: %v)", err)
 		}
 		c, err := cfg.Files.Read(ctx, a.Path, a.Offset, a.Limit)
 		if err != nil {
@@ -133,8 +158,20 @@ func readFileTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		if !out.EOF {
 			text += fmt.Sprintf("\n(%d of %d bytes shown; read from offset %d for more)", out.NextOffset, out.Size, out.NextOffset)
 		}
-		return out, text, nil
+		return out, text + note, nil
 	})
+}
+
+// readImageResult is read_file's answer for an image: an image block
+// (scaled to the result limits) instead of base64 text.
+func readImageResult(p string, img preview.Image) (any, string, error) {
+	out := ReadFileResult{Path: p, Encoding: "image", Bytes: len(img.Data), Size: int64(img.SourceBytes), EOF: true,
+		Image: &ImageInfo{MIMEType: img.MIMEType, Width: img.Width, Height: img.Height, SourceWidth: img.SourceWidth, SourceHeight: img.SourceHeight, Scaled: img.Scaled}}
+	text := fmt.Sprintf("image %s: %d×%d %s, shown below", p, img.SourceWidth, img.SourceHeight, img.MIMEType)
+	if img.Scaled {
+		text += fmt.Sprintf(" scaled to %d×%d (offset and limit read the file's bytes instead)", img.Width, img.Height)
+	}
+	return withContent(out, []mcpgo.Content{mcpgo.NewImageContent(base64.StdEncoding.EncodeToString(img.Data), img.MIMEType)}), text, nil
 }
 
 // toReadResult picks the encoding: text when the bytes are valid UTF-8

@@ -18,7 +18,8 @@ import (
 
 // handle makes tool's handler from a typed function: the arguments are
 // checked against the tool's input schema (types, required fields), decoded
-// into A, fn returns the structured result and its readable text, and every
+// into A, fn returns the structured result and its readable text (and,
+// wrapped by withContent, content blocks to show after the text), and every
 // error goes through toolError — the one place errors become tool results.
 //
 // Schema validation is ours rather than mcp-go's WithInputSchemaValidation:
@@ -40,6 +41,11 @@ func handle[A any](cfg Config, tool mcpgo.Tool, fn func(ctx context.Context, a A
 		out, text, err := fn(ctx, a)
 		if err != nil {
 			return toolError(cfg.Logger, tool.Name, err), nil
+		}
+		if tr, ok := out.(toolResult); ok {
+			res := mcpgo.NewToolResultStructured(tr.value, text)
+			res.Content = append(res.Content, tr.content...)
+			return res, nil
 		}
 		return mcpgo.NewToolResultStructured(out, text), nil
 	}

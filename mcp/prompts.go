@@ -80,7 +80,7 @@ func secureScriptPrompt(s StatusReport, task, lang string) string {
 			fmt.Fprintf(&b, ": %s", l.Description)
 		}
 		if libs := s.Libraries[l.Name]; len(libs) > 0 {
-			fmt.Fprintf(&b, "; libraries: %s", strings.Join(libs, ", "))
+			fmt.Fprintf(&b, "; it can import, beyond the standard library: %s (nothing else can be installed)", strings.Join(libs, ", "))
 		} else {
 			b.WriteString("; nothing beyond what the image ships, and nothing can be installed")
 		}
@@ -100,6 +100,9 @@ func secureScriptPrompt(s StatusReport, task, lang string) string {
 		b.WriteString("- There is no persistent workspace: anything written is gone after the run, so print the results.\n")
 	}
 	b.WriteString("- No root privileges or capabilities; do not try to change system settings.\n")
+	if s.Workspace != "" {
+		b.WriteString("- Charts and images: save them as PNG (e.g. matplotlib's plt.savefig(\"chart.png\"); plt.show() saves figure-N.png) in the working directory; images the run writes there are shown to you after the run, and other files it writes are linked.\n")
+	}
 
 	b.WriteString("\nLimits (the program is killed, or its output cut, when it exceeds them):\n")
 	fmt.Fprintf(&b, "- Wall-clock time: %gs by default, at most %gs if asked for with timeout_seconds.\n", s.DefaultTimeoutSeconds, s.MaxTimeoutSeconds)

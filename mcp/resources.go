@@ -61,6 +61,14 @@ func (cfg Config) status(ctx context.Context) StatusReport {
 	s.Languages = []sandpit.Language{}
 	if cfg.Runner != nil {
 		s.Languages = append(s.Languages, cfg.Runner.Languages()...)
+		for _, l := range s.Languages {
+			if len(l.Libraries) > 0 {
+				if s.Libraries == nil {
+					s.Libraries = map[string][]string{}
+				}
+				s.Libraries[l.Name] = l.Libraries
+			}
+		}
 	}
 	if cfg.Workspace != nil {
 		s.Workspace = sandpit.WorkspaceDir
@@ -81,11 +89,14 @@ func addResources(s *server.MCPServer, cfg Config) {
 	})
 	if cfg.Runner != nil {
 		s.AddResource(mcpgo.NewResource("sandbox://languages", "languages",
-			mcpgo.WithResourceDescription("The languages run_code accepts, with the image and version of each."),
+			mcpgo.WithResourceDescription("The languages run_code accepts, with the image and version of each and the libraries programs can import."),
 			mcpgo.WithMIMEType("application/json"),
 		), func(ctx context.Context, req mcpgo.ReadResourceRequest) ([]mcpgo.ResourceContents, error) {
 			return jsonContents(req.Params.URI, map[string]any{"languages": cfg.Runner.Languages()})
 		})
+	}
+	if cfg.Files != nil {
+		addWorkspaceResource(s, cfg)
 	}
 	if cfg.Logs != nil {
 		s.AddResource(mcpgo.NewResource("sandbox://logs", "logs",

@@ -15,7 +15,7 @@ import (
 
 // RunCodeArgs are run_code's arguments.
 type RunCodeArgs struct {
-	Language       string   `json:"language" jsonschema:"python, c, cpp or bash (case-insensitive)"`
+	Language       string   `json:"language" jsonschema:"a language name or alias (case-insensitive); list_supported_languages lists them"`
 	Code           string   `json:"code,omitempty" jsonschema:"the program's source; give this or path"`
 	Path           string   `json:"path,omitempty" jsonschema:"a source file in the workspace to run instead of code"`
 	Args           []string `json:"args,omitempty" jsonschema:"command-line arguments passed to the program"`
@@ -49,7 +49,8 @@ func runCodeTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	tool := mcpgo.NewTool("run_code",
 		mcpgo.WithDescription(fmt.Sprintf(
 			"Run a %s program in a fresh, isolated container (no network, read-only system files, bounded CPU/memory/processes/time/output) and return its stdout, stderr, exit code and status. "+
-				"C and C++ are compiled first; a compiler failure is status compile_error. Timeout defaults to %s, at most %s.",
+				"C and C++ are compiled first; a compiler failure is status compile_error. Timeout defaults to %s, at most %s. "+
+				"Images the run writes into the workspace (PNG, JPEG, GIF, WebP; matplotlib's plt.show() saves figure-N.png) come back as image content, other files it writes as resource links.",
 			strings.Join(langs, ", "), cfg.DefaultTimeout, cfg.MaxTimeout)),
 		mcpgo.WithInputSchema[RunCodeArgs](),
 		nonBlank("language"),
@@ -68,7 +69,12 @@ func runCodeTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 			return nil, "", err
 		}
 		out := toRunCodeResult(res)
-		return out, formatRun(out), nil
+		text := formatRun(out)
+		blocks, notes := cfg.runContent(ctx, res.Files)
+		for _, n := range notes {
+			text += n + "\n"
+		}
+		return withContent(out, blocks), text, nil
 	})
 	return tool, handler
 }
@@ -190,10 +196,12 @@ func changesNote(f *sandpit.Changes) string {
 
 // LanguageInfo is one row of list_supported_languages.
 type LanguageInfo struct {
-	Language    string `json:"language"`
-	Image       string `json:"image"`
-	Version     string `json:"version"`
-	Description string `json:"description"`
+	Language    string   `json:"language"`
+	Aliases     []string `json:"aliases,omitempty"`
+	Image       string   `json:"image"`
+	Version     string   `json:"version"`
+	Description string   `json:"description"`
+	Libraries   []string `json:"libraries,omitempty" jsonschema:"what programs can import beyond the standard library, as 'module version'"`
 }
 
 // LanguagesResult is list_supported_languages' structured output.
@@ -203,7 +211,7 @@ type LanguagesResult struct {
 
 func listLanguagesTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	tool := mcpgo.NewTool("list_supported_languages",
-		mcpgo.WithDescription("List the languages run_code accepts, with the image and version each runs on."),
+		mcpgo.WithDescription("List the languages run_code accepts, with the image and version each runs on and the libraries a program can import (nothing can be installed at run time: there is no network)."),
 		mcpgo.WithOutputSchema[LanguagesResult](),
 		mcpgo.WithReadOnlyHintAnnotation(true),
 		mcpgo.WithOpenWorldHintAnnotation(false),
@@ -212,8 +220,11 @@ func listLanguagesTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		var out LanguagesResult
 		var b strings.Builder
 		for _, l := range cfg.Runner.Languages() {
-			out.Languages = append(out.Languages, LanguageInfo{l.Name, l.Image, l.Version, l.Description})
+			out.Languages = append(out.Languages, LanguageInfo{l.Name, l.Aliases, l.Image, l.Version, l.Description, l.Libraries})
 			fmt.Fprintf(&b, "%s: %s (%s) — %s\n", l.Name, l.Version, l.Image, l.Description)
+			if len(l.Libraries) > 0 {
+				fmt.Fprintf(&b, "  libraries: %s\n", strings.Join(l.Libraries, ", "))
+			}
 		}
 		return out, b.String(), nil
 	})

@@ -59,6 +59,10 @@ type Config struct {
 	// arguments (and workspace databases for query_db).
 	Opener Opener
 
+	// Content bounds the images and links a result carries and what
+	// resources/read of a workspace file returns.
+	Content ContentLimits
+
 	metrics *metrics // set by NewServer
 }
 
@@ -81,6 +85,7 @@ func (c *Config) defaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.Content.defaults()
 }
 
 // NewServer builds the MCP server with every tool whose dependency is set.
@@ -107,4 +112,4 @@ func NewServer(cfg Config) *server.MCPServer {
 	return s
 }
 
-const instructions = `sandpit runs Python, C, C++ and bash code in locked-down, single-use containers: no network, a read-only root filesystem, bounded CPU, memory, processes, time and output. Use run_code to execute code and read its stdout, stderr, exit code and status; fix the code and run again when it fails.`
+const instructions = `sandpit runs code (list_supported_languages says which languages, and which libraries each can import) in locked-down, single-use containers: no network, a read-only root filesystem, bounded CPU, memory, processes, time and output. Use run_code to execute code and read its stdout, stderr, exit code and status; fix the code and run again when it fails. Images a run writes into the workspace (a matplotlib plt.savefig, or plt.show(), which saves figure-N.png) come back as image content; other files it writes come back as links that resources/read returns.`

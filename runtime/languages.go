@@ -2,8 +2,11 @@ package runtime
 
 import (
 	"path"
+	"slices"
+	"strings"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/images"
 )
 
 // LanguageSpec says how to run one language: where its source goes and, for
@@ -23,38 +26,55 @@ type LanguageSpec struct {
 	Run []string
 }
 
-// DefaultLanguages are python, c, cpp and bash, all on one toolchain image.
-func DefaultLanguages(image string) []LanguageSpec {
-	src := func(f string) string { return path.Join(sandpit.SourceDir, f) }
-	prog := path.Join(sandpit.BuildDir, "prog")
-	return []LanguageSpec{
-		{
-			Name: "python", Aliases: []string{"python3", "py"}, Image: image,
-			Description: "CPython 3 with the standard library; run as `python3 main.py`",
-			File:        "main.py",
-			Run:         []string{"python3", src("main.py")},
-		},
-		{
-			Name: "c", Image: image,
-			Description: "C (gcc, -std=gnu17 -O2, linked with -lm), compiled then run",
-			File:        "main.c",
-			Compile:     []string{"gcc", "-std=gnu17", "-O2", "-Wall", "-o", prog, src("main.c"), "-lm"},
-			Run:         []string{prog},
-		},
-		{
-			Name: "cpp", Aliases: []string{"c++", "cxx"}, Image: image,
-			Description: "C++ (g++, -std=gnu++17 -O2), compiled then run",
-			File:        "main.cpp",
-			Compile:     []string{"g++", "-std=gnu++17", "-O2", "-Wall", "-o", prog, src("main.cpp"), "-lm"},
-			Run:         []string{prog},
-		},
-		{
-			Name: "bash", Aliases: []string{"sh", "shell"}, Image: image,
-			Description: "GNU bash with coreutils; run as `bash main.sh`",
-			File:        "main.sh",
-			Run:         []string{"bash", src("main.sh")},
-		},
+// Languages is the runtime's language table from a catalog: every language
+// it defines, each on the image the catalog picks for it.
+func Languages(c *images.Catalog) []LanguageSpec {
+	var out []LanguageSpec
+	for _, b := range c.Bindings() {
+		out = append(out, languageSpec(b.LanguageDef, b.Ref))
 	}
+	return out
+}
+
+// DefaultLanguages are the built-in catalog's languages (python, c, cpp,
+// bash, javascript), all on image.
+func DefaultLanguages(image string) []LanguageSpec {
+	var out []LanguageSpec
+	for _, l := range images.DefaultCatalog().Languages {
+		out = append(out, languageSpec(l, image))
+	}
+	return out
+}
+
+// languageSpec expands a catalog entry's placeholders: {src} is the source
+// file in sandpit.SourceDir, {prog} the compiled program in sandpit.BuildDir.
+func languageSpec(l images.LanguageDef, image string) LanguageSpec {
+	expand := func(argv []string) []string {
+		if argv == nil {
+			return nil
+		}
+		r := strings.NewReplacer("{src}", path.Join(sandpit.SourceDir, l.File), "{prog}", path.Join(sandpit.BuildDir, "prog"))
+		out := make([]string, len(argv))
+		for i, a := range argv {
+			out[i] = r.Replace(a)
+		}
+		return out
+	}
+	return LanguageSpec{
+		Name:        l.Name,
+		Aliases:     slices.Clone(l.Aliases),
+		Image:       image,
+		Description: l.Description,
+		File:        l.File,
+		Compile:     expand(l.Compile),
+		Run:         expand(l.Run),
+	}
+}
+
+// libraries are what an image's labels say language can use.
+func libraries(labels map[string]string, language string) []string {
+	libs, _ := images.Libraries(labels)
+	return libs[language]
 }
 
 // argv returns argv with the source file replaced by the workspace file at

@@ -338,11 +338,12 @@ func (r *Runtime) Languages() []sandpit.Language {
 	out := make([]sandpit.Language, 0, len(r.cfg.Languages))
 	versions := r.imageVersions()
 	for _, l := range r.cfg.Languages {
-		v := versions[l.Image]["org.sandpit.version."+l.Name]
+		v := versions[l.Image][images.LabelVersionPrefix+l.Name]
 		if v == "" {
 			v = "unknown (image not built yet)"
 		}
-		out = append(out, sandpit.Language{Name: l.Name, Image: l.Image, Version: v, Description: l.Description, Aliases: l.Aliases})
+		out = append(out, sandpit.Language{Name: l.Name, Image: l.Image, Version: v, Description: l.Description, Aliases: l.Aliases,
+			Libraries: libraries(versions[l.Image], l.Name)})
 	}
 	return out
 }

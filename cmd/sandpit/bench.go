@@ -31,7 +31,7 @@ Needs root and containerd; cleans up everything it created. Example:
 			&cli.StringFlag{Name: "concurrency", Value: "1,8", Usage: "1 measures latency; each N>1 measures throughput with N concurrent clients"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 			&cli.StringSliceFlag{Name: "only", Usage: "comparators to run, e.g. host-python,runc-run,sandpit-cold"},
-			&cli.StringSliceFlag{Name: "language", Value: cli.NewStringSlice("python", "c"), Usage: "python (all comparators) and/or c (compile and run: host gcc against sandpit)"},
+			&cli.StringSliceFlag{Name: "language", Value: cli.NewStringSlice("python", "c", "pydata"), Usage: "python (all comparators), c (compile and run: host gcc against sandpit) and/or pydata (python importing pandas and matplotlib.pyplot, against the host python with the same Debian packages)"},
 			&cli.StringFlag{Name: "host-python", Value: "/usr/bin/python3", Usage: "the host interpreter (the python3 on PATH may be a slow shim)"},
 			&cli.StringFlag{Name: "docker-image", Value: "python:3.11-slim", Usage: "image for docker-run and podman-run"},
 			&cli.DurationFlag{Name: "budget", Value: 15 * time.Minute, Usage: "stop starting rounds after this long"},
@@ -61,6 +61,9 @@ func runBench(c *cli.Context) error {
 	var serveArgs []string
 	for _, f := range []string{"namespace", "runtime", "runc-binary", "userns", "memory-mb", "pids", "cpus", "output-kb"} {
 		serveArgs = append(serveArgs, fmt.Sprintf("--%s=%v", f, c.Value(f)))
+	}
+	if c.String("catalog") != "" { // the same languages on the same images
+		serveArgs = append(serveArgs, "--catalog="+c.String("catalog"))
 	}
 	prefix := "bench"
 	if c.IsSet("instance") {

@@ -37,6 +37,7 @@ func containerdFlags() []cli.Flag {
 		&cli.Int64Flag{Name: "output-kb", Value: 64, Usage: "output kept per stream (KiB); the rest is counted and dropped"},
 		&cli.BoolFlag{Name: "rootless", Usage: "containerd runs rootless (scripts/rootless.sh); detected when sandpit itself runs without real root", EnvVars: []string{"SANDPIT_ROOTLESS"}},
 		&cli.BoolFlag{Name: "allow-unenforced-limits", Usage: "rootless on cgroup v1: run anyway with weaker rlimit fallbacks, listed in every result (default: refuse to run)"},
+		catalogFlag(),
 		&cli.StringFlag{Name: "preflight-deny-modules", Usage: "comma-separated Python modules whose import rejects the code before it runs (defence in depth, parsed in a sandbox)", Action: validatePreflight},
 		&cli.StringFlag{Name: "preflight-deny-builtins", Usage: "comma-separated Python builtins (eval, exec, ...) whose use rejects the code before it runs", Action: validatePreflight},
 	}
@@ -74,7 +75,7 @@ func runtimeConfig(c *cli.Context, addr string) runtime.Config {
 		Namespace:   c.String("namespace"),
 		RuntimeName: c.String("runtime"),
 		RuncBinary:  c.String("runc-binary"),
-		Languages:   runtime.DefaultLanguages(images.DefaultRef),
+		Languages:   runtime.Languages(mustCatalog(c)),
 		Limits: oci.Limits{
 			MemoryBytes: c.Int64("memory-mb") << 20,
 			PidsMax:     c.Int64("pids"),
@@ -208,6 +209,25 @@ func sweepInstance(c *cli.Context, addr string, in *instance.Instance) (int, err
 		return n, fmt.Errorf("instance %s: %w", in.Name(), err)
 	}
 	return n, in.Remove()
+}
+
+// catalogFlag names a catalog file read on top of the built-in one
+// (images/catalog.toml): languages, images and which image runs which.
+func catalogFlag() cli.Flag {
+	return &cli.StringFlag{Name: "catalog", Usage: "TOML file of languages and image recipes read on top of the built-in catalog (see `sandpit images catalog`)", EnvVars: []string{images.EnvCatalog},
+		Action: func(c *cli.Context, file string) error {
+			_, err := images.LoadCatalog(file)
+			return err
+		}}
+}
+
+// mustCatalog is the catalog in effect; the flag's Action validated it.
+func mustCatalog(c *cli.Context) *images.Catalog {
+	cat, err := images.LoadCatalog(c.String("catalog"))
+	if err != nil {
+		panic(err) // the flag's Action rejected this file already
+	}
+	return cat
 }
 
 // validatePreflight rejects a pre-flight list that is not Python names at

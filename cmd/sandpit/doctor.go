@@ -197,25 +197,38 @@ func checkSeccomp(*doctorEnv) []check {
 	return []check{{name: "seccomp", ok: runtime.SeccompSupported(), info: fmt.Sprintf("kernel supports seccomp filters; %d extra syscalls denied", len(oci.DeniedSyscalls())), fix: "a kernel with CONFIG_SECCOMP_FILTER"}}
 }
 
+// checkImage checks every image the catalog's languages run on.
 func checkImage(d *doctorEnv) []check {
-	img := check{name: "image", info: images.DefaultRef}
-	if d.images == nil {
-		img.info, img.fix = "cannot check without containerd", "fix containerd first"
-		return []check{img}
+	cat := mustCatalog(d.c)
+	var out []check
+	for _, name := range cat.UsedImages() {
+		r, err := cat.Recipe(name)
+		if err != nil {
+			out = append(out, check{name: "image", info: err.Error(), fix: "fix the catalog (--catalog)"})
+			continue
+		}
+		img := check{name: "image " + name, info: r.Ref}
+		if d.images == nil {
+			img.info, img.fix = "cannot check without containerd", "fix containerd first"
+			out = append(out, img)
+			continue
+		}
+		v, err := d.images.Versions(d.c.Context, r.Ref)
+		if err != nil {
+			img.info, img.fix = fmt.Sprintf("%s: %v", r.Ref, err), "sandpit images build "+name+" (minutes the first time; needs Debian's mirror)"
+			out = append(out, img)
+			continue
+		}
+		img.ok = true
+		var parts []string
+		for k, val := range v {
+			parts = append(parts, k+"="+val)
+		}
+		sort.Strings(parts)
+		img.info = r.Ref + " " + strings.Join(parts, ", ")
+		out = append(out, img)
 	}
-	v, err := d.images.Versions(d.c.Context, images.DefaultRef)
-	if err != nil {
-		img.info, img.fix = fmt.Sprintf("%s: %v", images.DefaultRef, err), "sandpit images build (about 2 minutes; needs Debian's mirror)"
-		return []check{img}
-	}
-	img.ok = true
-	var parts []string
-	for k, val := range v {
-		parts = append(parts, k+"="+val)
-	}
-	sort.Strings(parts)
-	img.info = images.DefaultRef + " " + strings.Join(parts, ", ")
-	return []check{img}
+	return out
 }
 
 func execOutput(bin string, args ...string) (string, error) {

@@ -21,30 +21,76 @@ func imagesCommand() *cli.Command {
 		Usage: "build, list, remove, import and pull the images sandboxes run",
 		Subcommands: []*cli.Command{
 			{
-				Name:  "build",
-				Usage: "build the default toolchain image from Debian packages (no registry needed; about 2 minutes, then cached)",
+				Name:      "build",
+				Usage:     "build images from the catalog's recipes with Debian packages (no registry needed; minutes the first time, then cached)",
+				ArgsUsage: "[IMAGE...]",
+				Description: `Builds the named images of the catalog (see ` + "`sandpit images catalog`" + `), or, without
+names, every image some language runs on (the default image first). Examples:
+   sandpit images build                       # what serve uses
+   sandpit images build toolchain datascience
+   sandpit images build --packages python3-networkx,python3-bs4 datascience
+   sandpit images build --catalog my.toml golang`,
 				Flags: append(containerdFlags(),
 					&cli.BoolFlag{Name: "force", Usage: "rebuild the rootfs even if it is cached"},
+					&cli.BoolFlag{Name: "all", Usage: "build every image of the catalog"},
+					&cli.StringSliceFlag{Name: "packages", Usage: "extra Debian packages to add to the image (comma-separated; kept when serve rebuilds it)"},
 					&cli.StringFlag{Name: "mirror", Value: images.DefaultMirror, Usage: "Debian mirror for debootstrap", EnvVars: []string{"SANDPIT_DEBIAN_MIRROR"}},
 					&cli.StringFlag{Name: "cache-dir", Usage: "where built rootfs layers are kept (default $" + images.EnvCacheDir + " or " + images.DefaultCacheDir + ")"},
 				),
 				Action: withImages(func(c *cli.Context, ctx context.Context, store *images.Store) error {
+					cat, err := images.LoadCatalog(c.String("catalog"))
+					if err != nil {
+						return err
+					}
+					names := c.Args().Slice()
+					switch {
+					case c.Bool("all"):
+						names = cat.ImageNames()
+					case len(names) == 0:
+						names = cat.UsedImages()
+					}
+					var extra []string
+					for _, p := range c.StringSlice("packages") {
+						extra = append(extra, strings.Split(p, ",")...)
+					}
 					b := store.Builder()
 					b.Mirror, b.CacheDir = c.String("mirror"), c.String("cache-dir")
 					if isTerminal(os.Stderr) {
 						b.Progress = os.Stderr
 					}
-					r := images.DefaultRecipe()
-					if err := b.Build(ctx, r, c.Bool("force")); err != nil {
+					for _, name := range names {
+						r, err := cat.Recipe(name)
+						if err != nil {
+							return err
+						}
+						r = r.WithPackages(extra...)
+						if err := b.Build(ctx, r, c.Bool("force")); err != nil {
+							return err
+						}
+						v, err := store.Versions(ctx, r.Ref)
+						if err != nil {
+							return err
+						}
+						fmt.Fprintf(c.App.Writer, "%s %s\n", r.Ref, formatVersions(v))
+					}
+					return nil
+				}),
+			},
+			{
+				Name:  "catalog",
+				Usage: "print the catalog in effect: languages, image recipes and which image runs which language",
+				Flags: []cli.Flag{catalogFlag(), &cli.BoolFlag{Name: "builtin", Usage: "print the built-in catalog file itself (a starting point for your own)"}},
+				Action: func(c *cli.Context) error {
+					if c.Bool("builtin") {
+						_, err := io.WriteString(c.App.Writer, images.BuiltinCatalog())
 						return err
 					}
-					v, err := store.Versions(ctx, r.Ref)
+					cat, err := images.LoadCatalog(c.String("catalog"))
 					if err != nil {
 						return err
 					}
-					fmt.Fprintf(c.App.Writer, "%s %s\n", r.Ref, formatVersions(v))
-					return nil
-				}),
+					return printCatalog(c.App.Writer, cat)
+				},
 			},
 			{
 				Name:  "ls",
@@ -143,10 +189,40 @@ func withImages(fn func(c *cli.Context, ctx context.Context, store *images.Store
 
 func printImages(w io.Writer, infos []images.Info) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "REF\tSIZE\tCREATED\tUNPACKED\tVERSIONS")
+	fmt.Fprintln(tw, "REF\tSIZE\tCREATED\tUNPACKED\tVERSIONS\tLIBRARIES")
 	for _, i := range infos {
-		fmt.Fprintf(tw, "%s\t%.1f MiB\t%s\t%v\t%s\n", i.Ref, float64(i.Size)/(1<<20),
-			i.Created.Local().Format("2006-01-02 15:04"), i.Unpacked, formatVersions(i.Versions))
+		var libs []string
+		for lang, l := range i.Libraries {
+			libs = append(libs, lang+": "+strings.Join(l, ", "))
+		}
+		sort.Strings(libs)
+		if len(i.Extra) > 0 {
+			libs = append(libs, "+ "+strings.Join(i.Extra, ", "))
+		}
+		fmt.Fprintf(tw, "%s\t%.1f MiB\t%s\t%v\t%s\t%s\n", i.Ref, float64(i.Size)/(1<<20),
+			i.Created.Local().Format("2006-01-02 15:04"), i.Unpacked, formatVersions(i.Versions), strings.Join(libs, "; "))
+	}
+	return tw.Flush()
+}
+
+func printCatalog(w io.Writer, cat *images.Catalog) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LANGUAGE\tALIASES\tIMAGE\tRUN")
+	for _, b := range cat.Bindings() {
+		run := strings.Join(b.Run, " ")
+		if len(b.Compile) > 0 {
+			run = strings.Join(b.Compile, " ") + " && " + run
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s (%s)\t%s\n", b.Name, strings.Join(b.Aliases, ","), b.Image, b.Ref, run)
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "IMAGE\tREF\tPACKAGES")
+	for _, name := range cat.ImageNames() {
+		r, err := cat.Recipe(name)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Name, r.Ref, strings.Join(r.Packages, ","))
 	}
 	return tw.Flush()
 }

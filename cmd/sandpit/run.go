@@ -25,7 +25,7 @@ the program's. Examples:
    sandpit run -f hello.c
    echo data | sandpit run -l bash --stdin 'tr a-z A-Z'`,
 		Flags: append(containerdFlags(),
-			&cli.StringFlag{Name: "language", Aliases: []string{"l"}, Usage: "python, c, cpp or bash (default: from the file extension)"},
+			&cli.StringFlag{Name: "language", Aliases: []string{"l"}, Usage: "python, c, cpp, bash, javascript or another language of the catalog (default: from the file extension)"},
 			&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Usage: "read the code from this file"},
 			&cli.BoolFlag{Name: "stdin", Usage: "pass this command's standard input to the program"},
 			&cli.DurationFlag{Name: "timeout", Value: sandpit.DefaultTimeout},
@@ -71,7 +71,20 @@ the program's. Examples:
 	}
 }
 
-var extLanguages = map[string]string{".py": "python", ".c": "c", ".cc": "cpp", ".cpp": "cpp", ".cxx": "cpp", ".sh": "bash", ".bash": "bash"}
+// extLanguages adds extensions the catalog's file names do not say.
+var extLanguages = map[string]string{".cc": "cpp", ".cxx": "cpp", ".bash": "bash", ".mjs": "javascript"}
+
+// languageOf guesses a file's language from its extension: the catalog's
+// source file names first (main.py → python).
+func languageOf(c *cli.Context, file string) string {
+	ext := strings.ToLower(filepath.Ext(file))
+	for _, l := range mustCatalog(c).Languages {
+		if strings.EqualFold(filepath.Ext(l.File), ext) {
+			return l.Name
+		}
+	}
+	return extLanguages[ext]
+}
 
 func runRequest(c *cli.Context) (sandpit.Request, error) {
 	req := sandpit.Request{Language: c.String("language"), Timeout: c.Duration("timeout")}
@@ -84,7 +97,7 @@ func runRequest(c *cli.Context) (sandpit.Request, error) {
 		}
 		req.Code = string(b)
 		if req.Language == "" {
-			req.Language = extLanguages[strings.ToLower(filepath.Ext(f))]
+			req.Language = languageOf(c, f)
 		}
 		req.Args = args
 	case len(args) > 0:
@@ -93,7 +106,7 @@ func runRequest(c *cli.Context) (sandpit.Request, error) {
 		return req, errors.New("give the code as an argument or with -f FILE")
 	}
 	if req.Language == "" {
-		return req, errors.New("say which language with -l (python, c, cpp, bash)")
+		return req, errors.New("say which language with -l (`sandpit images catalog` lists them)")
 	}
 	if c.Bool("stdin") {
 		b, err := io.ReadAll(io.LimitReader(os.Stdin, 64<<20))

@@ -14,7 +14,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sandpit-dev/sandpit"
-	"github.com/sandpit-dev/sandpit/images"
 	"github.com/sandpit-dev/sandpit/mcp"
 	"github.com/sandpit-dev/sandpit/runtime"
 	"github.com/sandpit-dev/sandpit/store/workspace"
@@ -32,7 +31,11 @@ func serveCommand() *cli.Command {
 		&cli.IntFlag{Name: "concurrency", Value: 16, Usage: "tool calls served at once (mcp-go's default is 5)"},
 		&cli.IntFlag{Name: "pool", Value: 2, Usage: "sandboxes kept started ahead of requests, per pooled language (0: off)"},
 		&cli.DurationFlag{Name: "pool-idle", Value: 5 * time.Minute, Usage: "destroy pooled sandboxes unused for this long; refill on the next request"},
-		&cli.BoolFlag{Name: "build-images", Value: true, Usage: "build the language image in the background if it is missing"},
+		&cli.BoolFlag{Name: "build-images", Value: true, Usage: "build the images the catalog's languages run on, in the background, if they are missing"},
+		&cli.IntFlag{Name: "max-images", Value: 8, Usage: "images a run_code result shows at most (the rest are linked)"},
+		&cli.IntFlag{Name: "max-image-edge", Value: 1568, Usage: "longest side of an image shown (px); larger ones are scaled down"},
+		&cli.IntFlag{Name: "max-image-kb", Value: 1024, Usage: "largest image block (KiB); larger images are re-encoded smaller"},
+		&cli.IntFlag{Name: "max-resource-mb", Value: 8, Usage: "largest workspace file resources/read returns (MiB)"},
 	)
 	return &cli.Command{
 		Name:  "serve",
@@ -76,6 +79,12 @@ func serveCommand() *cli.Command {
 				MaxCodeBytes:   c.Int("max-code-kb") << 10,
 				Logger:         slog.Default(),
 				Health:         rt,
+				Content: mcp.ContentLimits{
+					MaxImages:        c.Int("max-images"),
+					MaxImageEdge:     c.Int("max-image-edge"),
+					MaxImageBytes:    c.Int("max-image-kb") << 10,
+					MaxResourceBytes: int64(c.Int("max-resource-mb")) << 20,
+				},
 			}
 			uid, gid := rt.SandboxOwner()
 			closeWS, err := workspaceConfig(c, &cfg, workspace.Owner{UID: uid, GID: gid}, filepath.Join(in.Dir(), "workspace"))
@@ -136,9 +145,9 @@ func serveStdio(ctx context.Context, s *server.MCPServer, workers, maxMessage in
 	return err
 }
 
-// ensureImages builds the default image on first use, in the background so
-// that the MCP handshake is not held up; runs fail with a clear "image not
-// available" until it is ready.
+// ensureImages builds the images the catalog's languages run on, on first
+// use, in the background so that the MCP handshake is not held up; runs
+// fail with a clear "image not available" until they are ready.
 func ensureImages(c *cli.Context) {
 	store, err := connectImages(c)
 	if err != nil {
@@ -146,8 +155,16 @@ func ensureImages(c *cli.Context) {
 		return
 	}
 	defer store.Close()
-	if err := store.Builder().Ensure(c.Context, images.DefaultRecipe()); err != nil {
-		slog.Error("building the default image failed; run `sandpit images build` to see why", "err", err)
+	b := store.Builder()
+	cat := mustCatalog(c)
+	for _, name := range cat.UsedImages() {
+		r, err := cat.Recipe(name)
+		if err == nil {
+			err = b.Ensure(c.Context, r)
+		}
+		if err != nil {
+			slog.Error("building an image failed; run `sandpit images build` to see why", "image", name, "err", err)
+		}
 	}
 }
 

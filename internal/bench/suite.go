@@ -58,10 +58,16 @@ type SuiteConfig struct {
 	Command     string // the command line, for the report
 }
 
-// Programs are the benchmark programs and what they must print.
-var Programs = map[string]struct{ code, want string }{
-	"python": {"print(1)", "1\n"},
-	"c":      {"#include <stdio.h>\nint main(void) { puts(\"1\"); return 0; }\n", "1\n"},
+// Programs are the benchmark programs, by group: the language they run as
+// and what they must print. pydata is python importing the data stack: in a
+// sandbox on the data-science image (the default python image), on the host
+// with the same Debian packages installed (apt-get install python3-pandas
+// python3-matplotlib), so that the ratio is the sandbox's cost, not the
+// libraries'.
+var Programs = map[string]struct{ lang, code, want string }{
+	"python": {"python", "print(1)", "1\n"},
+	"c":      {"c", "#include <stdio.h>\nint main(void) { puts(\"1\"); return 0; }\n", "1\n"},
+	"pydata": {"python", "import pandas, matplotlib.pyplot\nprint(1)", "1\n"},
 }
 
 // suite is one run of the comparators: what it started, to be torn down.
@@ -82,7 +88,7 @@ type suite struct {
 func Run(ctx context.Context, cfg SuiteConfig) (*Report, error) {
 	for _, l := range cfg.Languages {
 		if _, ok := Programs[l]; !ok {
-			return nil, fmt.Errorf("language %q: the bench knows python and c", l)
+			return nil, fmt.Errorf("language %q: the bench knows python, c and pydata", l)
 		}
 	}
 	cfg.Runtime.Defaults()
@@ -92,7 +98,7 @@ func Run(ctx context.Context, cfg SuiteConfig) (*Report, error) {
 	}
 	b.report = Report{
 		Command: cfg.Command,
-		Program: `python: print(1); c: puts("1") compiled with the c language's gcc flags, then run`,
+		Program: `python: print(1); c: puts("1") compiled with the c language's gcc flags, then run; pydata: import pandas, matplotlib.pyplot; print(1)`,
 		Machine: Describe(), // load before anything starts
 		Warmup:  cfg.Options.Warmup,
 		GapMS:   cfg.Options.Gap.Milliseconds(),
@@ -188,29 +194,36 @@ func (b *suite) comparators(ctx context.Context, langs []string) ([]Comparator, 
 		return nil, err
 	}
 
-	for _, lang := range langs {
-		prog := Programs[lang]
+	for _, group := range langs {
+		lang, prog := Programs[group].lang, Programs[group]
 		if lang == "python" {
 			if want("host-python") {
-				add(lang, "host-python", RoleHost, b.hostPython(prog.code, prog.want), nil)
+				run := b.hostPython(prog.code, prog.want)
+				var err error
+				if group == "pydata" {
+					if err = run(ctx); err != nil {
+						err = fmt.Errorf("%w (install the same Debian packages on the host: apt-get install python3-pandas python3-matplotlib)", err)
+					}
+				}
+				add(group, "host-python", RoleHost, run, err)
 			}
-			if want("runc-run") {
+			if want("runc-run") && group == "python" {
 				run, err := b.runcRun(ctx, client, prog.code, prog.want)
-				add(lang, "runc-run", RoleRunc, run, err)
+				add(group, "runc-run", RoleRunc, run, err)
 			}
 		} else if want("host-gcc") {
 			run, err := b.hostGCC(prog.code, prog.want)
-			add(lang, "host-gcc", RoleHost, run, err)
+			add(group, "host-gcc", RoleHost, run, err)
 		}
 		for _, name := range []string{"sandpit-cold", "sandpit-warm"} {
 			if rt := inproc[name]; rt != nil {
-				add(lang, name, "", sandpitRun(rt, lang, prog.code, prog.want), nil)
+				add(group, name, "", sandpitRun(rt, lang, prog.code, prog.want), nil)
 			}
 		}
 		for _, s := range servers {
-			add(lang, s.name, "", mcpRun(s.client, lang, prog.code, prog.want), s.err)
+			add(group, s.name, "", mcpRun(s.client, lang, prog.code, prog.want), s.err)
 		}
-		if lang != "python" {
+		if group != "python" {
 			continue
 		}
 		if want("ctr-run") {
@@ -298,7 +311,7 @@ func (b *suite) runcRun(ctx context.Context, client *containerd.Client, code, wa
 	cfg := b.cfg.Runtime
 	cfg.Defaults()
 	inst := b.instance("runc")
-	python := runtime.DefaultLanguages(images.DefaultRef)[0]
+	python := b.python()
 	r, err := NewRunc(namespaces.WithNamespace(ctx, cfg.Namespace), RuncConfig{
 		Client:      client,
 		Image:       python.Image,
@@ -326,9 +339,25 @@ func (b *suite) runcRun(ctx context.Context, client *containerd.Client, code, wa
 	}, nil
 }
 
+// python is the python language sandpit runs, on its image: runc-run and
+// ctr-run use the same image.
+func (b *suite) python() runtime.LanguageSpec {
+	for _, l := range b.cfg.Runtime.Languages {
+		if l.Name == "python" {
+			return l
+		}
+	}
+	return runtime.DefaultLanguages(images.DefaultRef)[0]
+}
+
+// runTimeout bounds one benchmark run: far above any sane latency (a
+// loaded host takes seconds to import pandas), so a slow run is measured,
+// not failed.
+const runTimeout = 60 * time.Second
+
 func sandpitRun(rt *runtime.Runtime, lang, code, want string) func(context.Context) error {
 	return func(ctx context.Context) error {
-		res, err := rt.Run(ctx, sandpit.Request{Language: lang, Code: code})
+		res, err := rt.Run(ctx, sandpit.Request{Language: lang, Code: code, Timeout: runTimeout})
 		if err != nil {
 			return err
 		}
@@ -405,7 +434,7 @@ func mcpRun(cl *client.Client, lang, code, want string) func(context.Context) er
 	return func(ctx context.Context) error {
 		var req mcpgo.CallToolRequest
 		req.Params.Name = "run_code"
-		req.Params.Arguments = map[string]any{"language": lang, "code": code}
+		req.Params.Arguments = map[string]any{"language": lang, "code": code, "timeout_seconds": runTimeout.Seconds()}
 		res, err := cl.CallTool(ctx, req)
 		if err != nil {
 			return err
@@ -448,7 +477,7 @@ func (b *suite) ctrRun(ctx context.Context, want string) (func(context.Context) 
 	return func(ctx context.Context) error {
 		id := fmt.Sprintf("%s-%d-%d", inst, os.Getpid(), b.seq.Add(1))
 		out, err := exec.CommandContext(ctx, "ctr", "--address", b.addr, "-n", ns, "run", "--rm", "--read-only",
-			"--label", runtime.LabelInstance+"="+inst, images.DefaultRef, id, "python3", "-c", "print(1)").Output()
+			"--label", runtime.LabelInstance+"="+inst, b.python().Image, id, "python3", "-c", "print(1)").Output()
 		if err != nil {
 			return fmt.Errorf("ctr run: %w", errorOutput(err))
 		}

@@ -29,6 +29,19 @@ func Image() string {
 	return DefaultImage
 }
 
+// DefaultDataImage is the catalog's data-science image (a test in package
+// images keeps the two equal): the toolchain plus Debian's data stack.
+const DefaultDataImage = "sandpit.local/datascience:bookworm"
+
+// DataImage is the image ref tests of the data stack, plots and JavaScript
+// run on; `sandpit images build` (what CI runs) builds it.
+func DataImage() string {
+	if ref := os.Getenv(EnvDataImage); ref != "" {
+		return ref
+	}
+	return DefaultDataImage
+}
+
 // IDMap is the user namespace map tests run with: the server's default,
 // unless SANDPIT_TEST_USERNS=0 turns user namespaces off.
 func IDMap() *oci.IDMap {
@@ -41,9 +54,10 @@ func IDMap() *oci.IDMap {
 
 // Env names shared with scripts/test.sh.
 const (
-	EnvAddress = "SANDPIT_TEST_CONTAINERD" // containerd socket for tests
-	EnvRequire = "SANDPIT_REQUIRE_INTEGRATION"
-	EnvImage   = "SANDPIT_TEST_IMAGE" // image ref override
+	EnvAddress   = "SANDPIT_TEST_CONTAINERD" // containerd socket for tests
+	EnvRequire   = "SANDPIT_REQUIRE_INTEGRATION"
+	EnvImage     = "SANDPIT_TEST_IMAGE"      // image ref override
+	EnvDataImage = "SANDPIT_TEST_DATA_IMAGE" // data-science image ref override
 )
 
 // Namespace is the containerd namespace integration tests use. It is the
