@@ -32,6 +32,7 @@ import (
 	"github.com/containerd/containerd/namespaces"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/host"
 )
 
 // DefaultSnapshotter is the snapshotter images are unpacked into; the
@@ -79,7 +80,7 @@ func (b *Builder) cacheDir() string {
 	if d := os.Getenv(EnvCacheDir); d != "" {
 		return d
 	}
-	if os.Geteuid() != 0 || inUserNamespace() {
+	if os.Geteuid() != 0 || host.InUserNamespace() {
 		// A normal user (rootless) cannot write /var/cache: use theirs.
 		if d, err := os.UserCacheDir(); err == nil {
 			return filepath.Join(d, "sandpit", "images")

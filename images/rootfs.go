@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/host"
 )
 
 // removed are rootfs paths (globs) a sandbox never needs: package caches,
@@ -158,7 +159,7 @@ func debootstrap(ctx context.Context, r Recipe, mirror, rootfs string, out io.Wr
 	}
 	args = append(args, r.Suite, rootfs, mirror)
 	cmd := exec.CommandContext(ctx, path, args...)
-	if inUserNamespace() {
+	if host.InUserNamespace() {
 		// Rootless (root of rootlesskit's user namespace): device nodes
 		// cannot be made there, and /proc can be mounted only in a pid
 		// namespace of our own. In container mode ("container=lxc")
@@ -179,21 +180,6 @@ func debootstrap(ctx context.Context, r Recipe, mirror, rootfs string, out io.Wr
 		return fmt.Errorf("debootstrap %s from %s: %v: %w", r.Suite, mirror, err, ErrBuild)
 	}
 	return nil
-}
-
-// inUserNamespace reports whether this process runs in a user namespace
-// that does not map the host's root (as inside rootlesskit).
-func inUserNamespace() bool {
-	b, err := os.ReadFile("/proc/self/uid_map")
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "0" && f[1] == "0" {
-			return false
-		}
-	}
-	return true
 }
 
 // probeEnv is the environment language probes run with.

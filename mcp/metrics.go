@@ -1,16 +1,13 @@
 package mcp
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	goruntime "runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/host"
 )
 
 // Health reports containerd's reachability and the images' status.
@@ -322,11 +320,7 @@ func serverMetrics(started time.Time) ServerMetrics {
 		UptimeSeconds: time.Since(started).Seconds(),
 		Goroutines:    goruntime.NumGoroutine(),
 	}
-	if f, err := os.Open("/proc/self/status"); err == nil {
-		kv := parseKB(f)
-		f.Close()
-		s.RSSBytes, s.PeakRSSBytes = kv["VmRSS"], kv["VmHWM"]
-	}
+	s.RSSBytes, s.PeakRSSBytes, _ = host.SelfMemory()
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 		s.CPUUserMS = ru.Utime.Sec*1000 + int64(ru.Utime.Usec)/1000
@@ -337,48 +331,7 @@ func serverMetrics(started time.Time) ServerMetrics {
 
 func hostMetrics() HostMetrics {
 	h := HostMetrics{CPUs: goruntime.NumCPU()}
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		h.Load1, h.Load5, h.Load15, _ = parseLoadavg(string(b))
-	}
-	if f, err := os.Open("/proc/meminfo"); err == nil {
-		kv := parseKB(f)
-		f.Close()
-		h.MemTotalBytes, h.MemAvailableBytes = kv["MemTotal"], kv["MemAvailable"]
-	}
+	h.Load1, h.Load5, h.Load15, _ = host.Load()
+	h.MemTotalBytes, h.MemAvailableBytes, _ = host.Memory()
 	return h
-}
-
-// parseKB reads "Key:   123 kB" lines (/proc/meminfo, /proc/self/status)
-// into bytes; lines without a kB unit are skipped.
-func parseKB(r io.Reader) map[string]int64 {
-	out := map[string]int64{}
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		key, rest, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(rest)
-		if len(f) != 2 || f[1] != "kB" {
-			continue
-		}
-		if n, err := strconv.ParseInt(f[0], 10, 64); err == nil {
-			out[key] = n << 10
-		}
-	}
-	return out
-}
-
-func parseLoadavg(s string) (l1, l5, l15 float64, err error) {
-	f := strings.Fields(s)
-	if len(f) < 3 {
-		return 0, 0, 0, fmt.Errorf("loadavg: %q", s)
-	}
-	var v [3]float64
-	for i := range v {
-		if v[i], err = strconv.ParseFloat(f[i], 64); err != nil {
-			return 0, 0, 0, fmt.Errorf("loadavg: %w", err)
-		}
-	}
-	return v[0], v[1], v[2], nil
 }

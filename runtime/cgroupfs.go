@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/host"
 )
 
 // cgroupFS reads a sandbox's counters straight from the cgroup filesystem:
@@ -20,17 +21,17 @@ type cgroupFS struct {
 
 func newCgroupFS() *cgroupFS {
 	c := &cgroupFS{v1: map[string]string{}}
-	for _, m := range cgroupMounts() {
-		if m.v2 {
-			if b, err := os.ReadFile(filepath.Join(m.point, "cgroup.controllers")); err == nil && strings.Contains(string(b), "memory") {
-				c.v2 = m.point
+	for _, m := range host.CgroupMounts() {
+		if m.V2 {
+			if b, err := os.ReadFile(filepath.Join(m.Point, "cgroup.controllers")); err == nil && strings.Contains(string(b), "memory") {
+				c.v2 = m.Point
 			}
 			continue
 		}
-		for _, o := range strings.Split(m.opts, ",") {
+		for _, o := range strings.Split(m.Opts, ",") {
 			switch o {
 			case "memory", "cpuacct", "pids":
-				c.v1[o] = m.point
+				c.v1[o] = m.Point
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/host"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
@@ -62,14 +63,14 @@ func TestCgroupFSUsage(t *testing.T) {
 }
 
 func TestNewCgroupFSFindsHostControllers(t *testing.T) {
-	mode := DetectCgroups()
+	mode := host.DetectCgroups()
 	c := newCgroupFS()
 	switch mode {
-	case CgroupV1, CgroupHybrid:
+	case host.CgroupV1, host.CgroupHybrid:
 		if c.v1["memory"] == "" || c.v1["cpuacct"] == "" {
 			t.Errorf("cgroup %s host: v1 controllers not found: %v", mode, c.v1)
 		}
-	case CgroupV2:
+	case host.CgroupV2:
 		if c.v2 == "" && len(c.v1) == 0 {
 			t.Errorf("cgroup v2 host: no controller mount found")
 		}

@@ -6,20 +6,21 @@ import (
 	"testing"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/host"
 )
 
 func TestCheckRuntimeBinary(t *testing.T) {
 	tests := []struct {
 		name    string
 		bin     string
-		mode    CgroupMode
+		mode    host.CgroupMode
 		wantErr bool
 	}{
-		{"crun on hybrid", "crun", CgroupHybrid, true},
-		{"crun by path on hybrid", "/usr/local/bin/crun", CgroupHybrid, true},
-		{"crun on v2", "crun", CgroupV2, false},
-		{"runc on hybrid", "runc", CgroupHybrid, false},
-		{"runsc on hybrid", "runsc", CgroupHybrid, false},
+		{"crun on hybrid", "crun", host.CgroupHybrid, true},
+		{"crun by path on hybrid", "/usr/local/bin/crun", host.CgroupHybrid, true},
+		{"crun on v2", "crun", host.CgroupV2, false},
+		{"runc on hybrid", "runc", host.CgroupHybrid, false},
+		{"runsc on hybrid", "runsc", host.CgroupHybrid, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,21 +1,18 @@
 package runtime
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/containerd/containerd"
 	coci "github.com/containerd/containerd/oci"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/host"
 	"github.com/sandpit-dev/sandpit/oci"
 )
 
@@ -31,32 +28,6 @@ import (
 // FallbackCPUSeconds is RLIMIT_CPU when the CPU quota cannot be enforced:
 // CPU time per process, a backstop behind the wall-clock timeout.
 const FallbackCPUSeconds = 120
-
-// IsRootless reports whether this process lacks real root: it runs as a
-// non-root user, or as root of a user namespace that does not map the host's
-// root (as inside rootlesskit).
-func IsRootless() bool {
-	if os.Geteuid() != 0 {
-		return true
-	}
-	b, err := os.ReadFile("/proc/self/uid_map")
-	if err != nil {
-		return false
-	}
-	return !mapsHostRoot(string(b))
-}
-
-// mapsHostRoot reports whether a uid_map maps host uid 0 to uid 0.
-func mapsHostRoot(uidMap string) bool {
-	sc := bufio.NewScanner(strings.NewReader(uidMap))
-	for sc.Scan() {
-		var inside, outside, n uint64
-		if _, err := fmt.Sscan(sc.Text(), &inside, &outside, &n); err == nil && inside == 0 && outside == 0 && n > 0 {
-			return true
-		}
-	}
-	return false
-}
 
 // RootlessCgroups says whether the rootless containerd listening at address
 // can enforce memory, pids and CPU limits on this host, and why.
@@ -83,16 +54,16 @@ type delegation struct {
 // created under. With systemd, that is the subtree scripts/rootless.sh gets
 // delegated for the daemon (a Delegate=yes unit of the user's manager).
 func probeDelegation(address string) delegation {
-	mode := DetectCgroups()
-	if mode != CgroupV2 {
+	mode := host.DetectCgroups()
+	if mode != host.CgroupV2 {
 		ok, reason := rootlessCgroups(mode, "/sys/fs/cgroup", "/")
 		return delegation{ok: ok, reason: reason, final: true}
 	}
-	pid, err := peerPID(address)
+	pid, err := host.PeerPID(address)
 	if err != nil {
 		return delegation{reason: fmt.Sprintf("cgroup v2, but the containerd at %s could not be asked for its process: %v", address, err)}
 	}
-	self, err := procCgroupV2(pid)
+	self, err := host.CgroupV2Of(pid)
 	if err != nil {
 		return delegation{reason: fmt.Sprintf("cgroup v2, but containerd's cgroup is unknown: %v", err), final: true}
 	}
@@ -101,56 +72,15 @@ func probeDelegation(address string) delegation {
 	return delegation{ok: ok, reason: reason, parent: parent, final: true}
 }
 
-// peerPID is the process id of whoever listens on the unix socket path.
-func peerPID(path string) (int, error) {
-	conn, err := net.DialTimeout("unix", path, 3*time.Second)
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
-	raw, err := conn.(*net.UnixConn).SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var cred *unix.Ucred
-	var credErr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return 0, err
-	}
-	if credErr != nil {
-		return 0, fmt.Errorf("SO_PEERCRED: %w", credErr)
-	}
-	if cred.Pid <= 0 {
-		return 0, errors.New("its process is not visible from this pid namespace")
-	}
-	return int(cred.Pid), nil
-}
-
-// procCgroupV2 is a process's cgroup v2 path ("0::/path" in /proc/PID/cgroup).
-func procCgroupV2(pid int) (string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-	if err != nil {
-		return "", err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if p, ok := strings.CutPrefix(line, "0::"); ok {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("/proc/%d/cgroup has no cgroup v2 entry", pid)
-}
-
 // rootlessCgroups decides from the cgroup mode and, on v2, from whether the
 // cgroup dir (relative to root) that sandbox cgroups go under is delegated
 // to this user: writable, with the controllers sandboxes need available,
 // and able to enable them for its children.
-func rootlessCgroups(mode CgroupMode, root, dir string) (bool, string) {
+func rootlessCgroups(mode host.CgroupMode, root, dir string) (bool, string) {
 	switch mode {
-	case CgroupV1, CgroupHybrid:
+	case host.CgroupV1, host.CgroupHybrid:
 		return false, fmt.Sprintf("cgroup %s: rootless runc cannot create cgroups here, so memory, pids and CPU limits cannot be enforced", mode)
-	case CgroupNone:
+	case host.CgroupNone:
 		return false, "no cgroup filesystem is mounted"
 	}
 	path := filepath.Join(root, dir)

@@ -2,34 +2,15 @@ package runtime
 
 import (
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/host"
 	"github.com/sandpit-dev/sandpit/oci"
 )
-
-func TestMapsHostRoot(t *testing.T) {
-	tests := []struct {
-		name, uidMap string
-		want         bool
-	}{
-		{"init namespace", "         0          0 4294967295\n", true},
-		{"rootlesskit", "         0       1000          1\n         1     100000      65536\n", false},
-		{"sandbox", "0 1879048192 65536\n", false},
-		{"empty", "", false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := mapsHostRoot(tt.uidMap); got != tt.want {
-				t.Errorf("mapsHostRoot(%q) = %v, want %v", tt.uidMap, got, tt.want)
-			}
-		})
-	}
-}
 
 func TestRootlessCgroups(t *testing.T) {
 	// cgroup writes a fake cgroup v2 dir under root.
@@ -51,20 +32,20 @@ func TestRootlessCgroups(t *testing.T) {
 	os.WriteFile(filepath.Join(root, "no-files", "cgroup.controllers"), []byte("cpu memory pids\n"), 0o644)
 	tests := []struct {
 		name      string
-		mode      CgroupMode
+		mode      host.CgroupMode
 		root, dir string
 		want      bool
 		reasonHas string
 	}{
-		{"v1", CgroupV1, "/sys/fs/cgroup", "/", false, "rootless runc cannot create cgroups"},
-		{"hybrid", CgroupHybrid, "/sys/fs/cgroup", "/", false, "cgroup hybrid"},
-		{"none", CgroupNone, "/sys/fs/cgroup", "/", false, "no cgroup"},
-		{"v2 delegated", CgroupV2, root, "/user.slice/unit", true, "delegated to " + root + "/user.slice/unit"},
-		{"v2 missing controllers", CgroupV2, root, "/partial", false, "pids, cpu are not delegated"},
-		{"v2 unreadable", CgroupV2, root, "/nope", false, "unreadable"},
-		{"v2 no control files", CgroupV2, root, "/no-files", false, "not writable"},
-		{"v2 parent holds processes", CgroupV2, root, "/busy", false, "holds processes"},
-		{"v2 processes but controllers already on", CgroupV2, root, "/busy-enabled", true, "delegated"},
+		{"v1", host.CgroupV1, "/sys/fs/cgroup", "/", false, "rootless runc cannot create cgroups"},
+		{"hybrid", host.CgroupHybrid, "/sys/fs/cgroup", "/", false, "cgroup hybrid"},
+		{"none", host.CgroupNone, "/sys/fs/cgroup", "/", false, "no cgroup"},
+		{"v2 delegated", host.CgroupV2, root, "/user.slice/unit", true, "delegated to " + root + "/user.slice/unit"},
+		{"v2 missing controllers", host.CgroupV2, root, "/partial", false, "pids, cpu are not delegated"},
+		{"v2 unreadable", host.CgroupV2, root, "/nope", false, "unreadable"},
+		{"v2 no control files", host.CgroupV2, root, "/no-files", false, "not writable"},
+		{"v2 parent holds processes", host.CgroupV2, root, "/busy", false, "holds processes"},
+		{"v2 processes but controllers already on", host.CgroupV2, root, "/busy-enabled", true, "delegated"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,43 +54,6 @@ func TestRootlessCgroups(t *testing.T) {
 				t.Errorf("got %v %q, want %v and a reason containing %q", got, reason, tt.want, tt.reasonHas)
 			}
 		})
-	}
-}
-
-func TestPeerPID(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "s.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		if c, err := l.Accept(); err == nil {
-			c.Close()
-		}
-	}()
-	got, err := peerPID(sock)
-	if err != nil || got != os.Getpid() {
-		t.Errorf("peerPID = %d, %v; want this process, %d", got, err, os.Getpid())
-	}
-	if _, err := peerPID(filepath.Join(t.TempDir(), "none.sock")); err == nil {
-		t.Error("peerPID of a missing socket: no error")
-	}
-}
-
-func TestProcCgroupV2(t *testing.T) {
-	if _, err := os.Stat("/proc/self/cgroup"); err != nil {
-		t.Skip("no /proc/self/cgroup")
-	}
-	p, err := procCgroupV2(os.Getpid())
-	if DetectCgroups() == CgroupV1 {
-		if err == nil {
-			t.Errorf("pure cgroup v1 host, yet a v2 path %q", p)
-		}
-		return
-	}
-	if err != nil || !strings.HasPrefix(p, "/") {
-		t.Errorf("procCgroupV2 = %q, %v; want an absolute path", p, err)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/images"
+	"github.com/sandpit-dev/sandpit/internal/host"
 	"github.com/sandpit-dev/sandpit/internal/instance"
 	"github.com/sandpit-dev/sandpit/oci"
 	"github.com/sandpit-dev/sandpit/runtime"
@@ -86,7 +87,7 @@ func runtimeConfig(c *cli.Context, addr string) runtime.Config {
 		Pool:   runtime.PoolConfig{Size: c.Int("pool"), IdleTimeout: c.Duration("pool-idle")},
 		Logger: slog.Default(),
 	}
-	cfg.Rootless = c.Bool("rootless") || runtime.IsRootless()
+	cfg.Rootless = c.Bool("rootless") || host.IsRootless()
 	cfg.AllowUnenforcedLimits = c.Bool("allow-unenforced-limits")
 	cfg.Preflight, _ = runtime.ParsePreflightPolicy(c.String("preflight-deny-modules"), c.String("preflight-deny-builtins")) // validated by the flags' Action
 	// Rootless, the daemon's own user namespace (rootlesskit's subuid map)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/images"
+	"github.com/sandpit-dev/sandpit/internal/host"
 	"github.com/sandpit-dev/sandpit/oci"
 	"github.com/sandpit-dev/sandpit/runtime"
 )
@@ -67,7 +68,7 @@ type doctorEnv struct {
 	c      *cli.Context
 	root   bool
 	addr   string // containerd's address, once it answers
-	mode   runtime.CgroupMode
+	mode   host.CgroupMode
 	images *images.Store // set when containerd answers
 }
 
@@ -84,7 +85,7 @@ var doctorChecks = []doctorCheck{
 }
 
 func doctor(c *cli.Context) []check {
-	d := &doctorEnv{c: c, root: os.Geteuid() == 0, mode: runtime.DetectCgroups()}
+	d := &doctorEnv{c: c, root: os.Geteuid() == 0, mode: host.DetectCgroups()}
 	defer func() {
 		if d.images != nil {
 			d.images.Close()
@@ -106,22 +107,22 @@ func checkPrivileges(d *doctorEnv) []check {
 func checkBinaries(d *doctorEnv) []check {
 	var out []check
 	for _, bin := range []string{"containerd", "runc"} {
-		v, err := runtime.BinaryVersion(bin)
+		v, err := host.BinaryVersion(bin)
 		ch := check{name: bin + " binary", ok: err == nil, info: v}
 		if err != nil {
 			ch.info, ch.fix = err.Error(), "sudo apt-get install containerd runc (or scripts/install-deps.sh)"
 		}
 		out = append(out, ch)
 	}
-	if v, err := runtime.BinaryVersion("runc"); err == nil && !strings.Contains(v, "libseccomp") {
+	if v, err := host.BinaryVersion("runc"); err == nil && !strings.Contains(v, "libseccomp") {
 		if full, _ := execOutput("runc", "--version"); !strings.Contains(full, "libseccomp") {
 			out = append(out, check{name: "runc seccomp", ok: false, info: "runc was built without libseccomp", fix: "install a runc built with seccomp (Debian's is)"})
 		}
 	}
 	for _, alt := range []string{"runsc", "kata-runtime", "crun"} {
-		if v, err := runtime.BinaryVersion(alt); err == nil {
+		if v, err := host.BinaryVersion(alt); err == nil {
 			info := v + " (select with --runc-binary " + alt + ")"
-			if alt == "crun" && d.mode == runtime.CgroupHybrid {
+			if alt == "crun" && d.mode == host.CgroupHybrid {
 				info = v + ": refuses hybrid cgroup hosts like this one (\"cgroups in hybrid mode not supported\"); use runc"
 			}
 			out = append(out, check{name: "runtime " + alt, ok: true, info: info})
@@ -148,13 +149,13 @@ func checkContainerd(d *doctorEnv) []check {
 }
 
 func checkCgroups(d *doctorEnv) []check {
-	cg := check{name: "cgroups", ok: d.mode != runtime.CgroupNone, info: "cgroup " + string(d.mode)}
-	if !d.root && d.mode != runtime.CgroupV2 {
+	cg := check{name: "cgroups", ok: d.mode != host.CgroupNone, info: "cgroup " + string(d.mode)}
+	if !d.root && d.mode != host.CgroupV2 {
 		cg.ok, cg.info = false, "cgroup "+string(d.mode)+": rootless runc cannot create cgroups here, so memory/pids/CPU limits cannot be enforced"
 		cg.fix = "run as root, or use a cgroup v2 host with systemd delegation"
 	}
 	for _, ctl := range []string{"memory", "pids", "cpu"} {
-		if d.mode == runtime.CgroupV1 || d.mode == runtime.CgroupHybrid {
+		if d.mode == host.CgroupV1 || d.mode == host.CgroupHybrid {
 			if _, err := os.Stat("/sys/fs/cgroup/" + ctl); err != nil {
 				cg.ok, cg.info = false, "cgroup v1 controller "+ctl+" is not mounted"
 			}
@@ -164,7 +165,7 @@ func checkCgroups(d *doctorEnv) []check {
 }
 
 func checkRootlessLimits(d *doctorEnv) []check {
-	if !d.c.Bool("rootless") && d.root && !runtime.IsRootless() {
+	if !d.c.Bool("rootless") && d.root && !host.IsRootless() {
 		return nil
 	}
 	ok, reason := runtime.RootlessCgroups(d.addr)
@@ -183,9 +184,9 @@ func checkUserNS(d *doctorEnv) []check {
 	if !d.c.Bool("userns") {
 		return []check{{name: "user namespaces", ok: false, warn: true, info: "disabled by --userns=false", fix: "drop --userns=false"}}
 	}
-	ok, info := runtime.UserNamespacesEnabled()
+	ok, info := host.UserNamespacesEnabled()
 	m := oci.DefaultIDMap()
-	if conf := runtime.IDRangeConflicts(m); len(conf) > 0 {
+	if conf := host.IDRangeConflicts(m.HostBase, m.Size); len(conf) > 0 {
 		ok, info = false, fmt.Sprintf("sandbox id range %d+%d overlaps %s", m.HostBase, m.Size, strings.Join(conf, "; "))
 	} else if ok {
 		info += fmt.Sprintf("; sandboxes map to host ids %d..%d (owned by no user)", m.HostBase, m.HostBase+m.Size-1)
@@ -194,7 +195,7 @@ func checkUserNS(d *doctorEnv) []check {
 }
 
 func checkSeccomp(*doctorEnv) []check {
-	return []check{{name: "seccomp", ok: runtime.SeccompSupported(), info: fmt.Sprintf("kernel supports seccomp filters; %d extra syscalls denied", len(oci.DeniedSyscalls())), fix: "a kernel with CONFIG_SECCOMP_FILTER"}}
+	return []check{{name: "seccomp", ok: host.SeccompSupported(), info: fmt.Sprintf("kernel supports seccomp filters; %d extra syscalls denied", len(oci.DeniedSyscalls())), fix: "a kernel with CONFIG_SECCOMP_FILTER"}}
 }
 
 // checkImage checks every image the catalog's languages run on.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sandpit-dev/sandpit/internal/host"
 	"github.com/sandpit-dev/sandpit/mcp"
-	"github.com/sandpit-dev/sandpit/runtime"
 	"github.com/sandpit-dev/sandpit/store/snapshot"
 	"github.com/sandpit-dev/sandpit/store/workspace"
 )
@@ -19,7 +19,7 @@ import (
 // systemWide says sandpit runs as the host's root, whose state lives in
 // /var/lib; root of a rootless user namespace (rootlesskit) keeps the
 // user's, in the user's home.
-func systemWide() bool { return os.Geteuid() == 0 && !runtime.IsRootless() }
+func systemWide() bool { return os.Geteuid() == 0 && !host.IsRootless() }
 
 // dataDir is where persistent state lives: /var/lib/sandpit for root,
 // $XDG_DATA_HOME/sandpit otherwise.

@@ -6,13 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	goruntime "runtime"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/host"
 )
 
 // Machine describes the host a report was measured on.
@@ -27,32 +28,11 @@ type Machine struct {
 
 // Describe reads the host's CPUs, model, kernel and current load.
 func Describe() Machine {
-	m := Machine{CPUs: goruntime.NumCPU(), LoadBefore: LoadAverage(), Versions: map[string]string{}}
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		m.Kernel = strings.TrimSpace(string(b))
-	}
-	if f, err := os.Open("/proc/cpuinfo"); err == nil {
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.Model = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	return m
+	return Machine{CPUs: goruntime.NumCPU(), Model: host.CPUModel(), Kernel: host.Kernel(), LoadBefore: LoadAverage(), Versions: map[string]string{}}
 }
 
 // LoadAverage is the first three fields of /proc/loadavg.
-func LoadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:min(3, len(f))], " ")
-}
+func LoadAverage() string { return host.LoadString() }
 
 // CommandVersion is the first line a program prints for args (e.g.
 // "--version"), or "" when it cannot be run.

@@ -24,6 +24,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/images"
+	"github.com/sandpit-dev/sandpit/internal/host"
 	"github.com/sandpit-dev/sandpit/mcp"
 	"github.com/sandpit-dev/sandpit/oci"
 	"github.com/sandpit-dev/sandpit/runtime"
@@ -578,12 +579,9 @@ func (b *suite) leftovers(ctx context.Context) []string {
 			out = append(out, "leak check: "+err.Error())
 		}
 	}
-	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
-		for _, line := range strings.Split(string(mi), "\n") {
-			if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], b.dir+"/") {
-				out = append(out, "mount "+f[4])
-			}
-		}
+	mounts, _ := host.MountsUnder(b.dir)
+	for _, m := range mounts {
+		out = append(out, "mount "+m)
 	}
 	return out
 }

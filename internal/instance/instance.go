@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/host"
 )
 
 // ErrBusy: a live process holds the instance.
@@ -122,7 +123,7 @@ func (in *Instance) Release() error {
 // caller must have emptied it of mounts first; Remove refuses to delete
 // below a mount point.
 func (in *Instance) Remove() error {
-	if mounted := MountsUnder(in.dir); len(mounted) > 0 {
+	if mounted, _ := host.MountsUnder(in.dir); len(mounted) > 0 {
 		in.Release()
 		return fmt.Errorf("instance %s: still mounted: %s", in.name, strings.Join(mounted, ", "))
 	}
@@ -180,45 +181,4 @@ func holder(dir string) int {
 	}
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 	return pid
-}
-
-// MountsUnder lists mount points at or below dir (from
-// /proc/self/mountinfo), deepest last.
-func MountsUnder(dir string) []string {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(f[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	return out
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for a space...) of
-// /proc/self/mountinfo paths.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

@@ -122,9 +122,3 @@ func TestDeadFindsInstancesOfDeadProcesses(t *testing.T) {
 		t.Errorf("removed instance dir still there: %v", err)
 	}
 }
-
-func TestUnescapeMountinfo(t *testing.T) {
-	if got := unescapeMountinfo(`/a\040b\134c`); got != `/a b\c` {
-		t.Errorf("got %q", got)
-	}
-}

@@ -1,4 +1,9 @@
-package runtime
+// Package host reads what sandpit needs to know about the machine it runs
+// on: how cgroups are mounted, whether user namespaces and seccomp are
+// available, whether this process is rootless and who listens on a socket,
+// and the load, memory and CPU figures of /proc. Every such probe lives here,
+// once. It reads only; it changes nothing on the host.
+package host
 
 import (
 	"bufio"
@@ -8,8 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/sandpit-dev/sandpit/oci"
 )
 
 // CgroupMode is how the host mounts cgroups.
@@ -22,22 +25,22 @@ const (
 	CgroupNone   CgroupMode = "none"
 )
 
-// cgroupMount is one cgroup filesystem mounted on this host.
-type cgroupMount struct {
-	point string // mount point
-	v2    bool   // cgroup2 rather than a v1 hierarchy
-	opts  string // super options: the v1 controllers, e.g. "rw,cpu,cpuacct"
+// CgroupMount is one cgroup filesystem mounted on this host.
+type CgroupMount struct {
+	Point string // mount point
+	V2    bool   // cgroup2 rather than a v1 hierarchy
+	Opts  string // super options: the v1 controllers, e.g. "rw,cpu,cpuacct"
 }
 
-// cgroupMounts lists the cgroup mounts in /proc/self/mountinfo, whose
+// CgroupMounts lists the cgroup mounts in /proc/self/mountinfo, whose
 // lines read: id parent dev root mountpoint opts... - fstype source superopts.
-func cgroupMounts() []cgroupMount {
+func CgroupMounts() []CgroupMount {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
-	var out []cgroupMount
+	var out []CgroupMount
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
@@ -47,7 +50,7 @@ func cgroupMounts() []cgroupMount {
 		}
 		switch fields[sep+1] {
 		case "cgroup", "cgroup2":
-			out = append(out, cgroupMount{point: fields[4], v2: fields[sep+1] == "cgroup2", opts: fields[sep+3]})
+			out = append(out, CgroupMount{Point: fields[4], V2: fields[sep+1] == "cgroup2", Opts: fields[sep+3]})
 		}
 	}
 	return out
@@ -56,11 +59,11 @@ func cgroupMounts() []cgroupMount {
 // DetectCgroups tells how the host mounts cgroups.
 func DetectCgroups() CgroupMode {
 	var v1, v2, v2root bool
-	for _, m := range cgroupMounts() {
+	for _, m := range CgroupMounts() {
 		switch {
-		case !m.v2:
+		case !m.V2:
 			v1 = true
-		case m.point == "/sys/fs/cgroup":
+		case m.Point == "/sys/fs/cgroup":
 			v2, v2root = true, true
 		default:
 			v2 = true
@@ -90,10 +93,11 @@ func UserNamespacesEnabled() (bool, string) {
 	return true, fmt.Sprintf("user.max_user_namespaces=%d", n)
 }
 
-// IDRangeConflicts lists /etc/subuid and /etc/subgid entries that overlap m.
-func IDRangeConflicts(m oci.IDMap) []string {
+// IDRangeConflicts lists /etc/subuid and /etc/subgid entries that overlap
+// the host ids [hostBase, hostBase+size).
+func IDRangeConflicts(hostBase, size uint32) []string {
 	var out []string
-	lo, hi := uint64(m.HostBase), uint64(m.HostBase)+uint64(m.Size)
+	lo, hi := uint64(hostBase), uint64(hostBase)+uint64(size)
 	for _, file := range []string{"/etc/subuid", "/etc/subgid"} {
 		b, err := os.ReadFile(file)
 		if err != nil {
