@@ -394,7 +394,7 @@ func Import(ctx context.Context, client *containerd.Client, r io.Reader, ref str
 	if ref != "" {
 		for _, img := range imgs[1:] {
 			if img.Target.Digest != imgs[0].Target.Digest {
-				return nil, fmt.Errorf("import archive: it holds several images, which cannot all be named %s (hint: import without --ref): %w", ref, ErrInvalidRecipe)
+				return nil, sandpit.WithHint(fmt.Errorf("import archive: it holds several images, which cannot all be named %s: %w", ref, ErrInvalidRecipe), "import without --ref")
 			}
 		}
 		renamed, err := storeImage(ctx, client, cimages.Image{Name: ref, Target: imgs[0].Target})
@@ -424,14 +424,14 @@ func Import(ctx context.Context, client *containerd.Client, r io.Reader, ref str
 // registry; this is for hosts that have one.
 func Pull(ctx context.Context, client *containerd.Client, ref string) error {
 	if _, err := client.Pull(ctx, ref, containerd.WithPullUnpack, containerd.WithPullSnapshotter(DefaultSnapshotter)); err != nil {
-		return fmt.Errorf("pull %s: %w (hint: without a registry, use `sandpit images build` or `sandpit images import FILE`)", ref, err)
+		return sandpit.WithHint(fmt.Errorf("pull %s: %w", ref, err), "without a registry, use `sandpit images build` or `sandpit images import FILE`")
 	}
 	return nil
 }
 
 func notFound(ref string, err error) error {
 	if errdefs.IsNotFound(err) {
-		return fmt.Errorf("image %s: %w (hint: run `sandpit images build`, or see `sandpit images ls`)", ref, ErrNotFound)
+		return sandpit.WithHint(fmt.Errorf("image %s: %w", ref, ErrNotFound), "run `sandpit images build`, or see `sandpit images ls`")
 	}
 	return fmt.Errorf("image %s: %w", ref, err)
 }

@@ -147,11 +147,11 @@ func addUser(rootfs string) error {
 // rootfs. Its output goes to out.
 func debootstrap(ctx context.Context, r Recipe, mirror, rootfs string, out io.Writer) error {
 	if os.Geteuid() != 0 {
-		return fmt.Errorf("building an image runs debootstrap and chroot, which need root (hint: run `sudo sandpit images build`, or `sandpit images import FILE` an archive built elsewhere): %w", ErrBuild)
+		return sandpit.WithHint(fmt.Errorf("building an image runs debootstrap and chroot, which need root: %w", ErrBuild), "run `sudo sandpit images build`, or `sandpit images import FILE` an archive built elsewhere")
 	}
 	path, err := exec.LookPath("debootstrap")
 	if err != nil {
-		return fmt.Errorf("debootstrap is not installed (hint: apt-get install debootstrap): %w", ErrBuild)
+		return sandpit.WithHint(fmt.Errorf("debootstrap is not installed: %w", ErrBuild), "apt-get install debootstrap")
 	}
 	args := []string{"--variant=minbase"}
 	if pkgs := r.all(); len(pkgs) > 0 {

@@ -35,7 +35,7 @@ names, every image some language runs on (the default image first). Examples:
 					&cli.BoolFlag{Name: "all", Usage: "build every image of the catalog"},
 					&cli.StringSliceFlag{Name: "packages", Usage: "extra Debian packages to add to the image (comma-separated; kept when serve rebuilds it)"},
 					&cli.StringFlag{Name: "mirror", Value: images.DefaultMirror, Usage: "Debian mirror for debootstrap", EnvVars: []string{"SANDPIT_DEBIAN_MIRROR"}},
-					&cli.StringFlag{Name: "cache-dir", Usage: "where built rootfs layers are kept (default $" + images.EnvCacheDir + " or " + images.DefaultCacheDir + ")"},
+					&cli.StringFlag{Name: "cache-dir", EnvVars: []string{images.EnvCacheDir}, Usage: "where built rootfs layers are kept (default $" + images.EnvCacheDir + " or " + images.DefaultCacheDir + ")"},
 				),
 				Action: withImages(func(c *cli.Context, ctx context.Context, store *images.Store) error {
 					cat, err := images.LoadCatalog(c.String("catalog"))

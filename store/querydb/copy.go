@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // copyChunk is how much is copied between two checks of the deadline.
@@ -32,7 +34,7 @@ func (e *Engine) openWorkspace(ctx context.Context, rel string) (*sql.Conn, func
 		return nil, nil, fmt.Errorf("%w: %q is not a regular file", ErrDatabasePath, rel)
 	}
 	if fi.Size() > e.opts.MaxDBBytes {
-		return nil, nil, fmt.Errorf("%w: %q is %d bytes; a workspace database may be at most %d (hint: query a smaller extract, e.g. written by run_code with VACUUM INTO after a DELETE)", ErrTooLarge, rel, fi.Size(), e.opts.MaxDBBytes)
+		return nil, nil, sandpit.WithHint(fmt.Errorf("%w: %q is %d bytes; a workspace database may be at most %d", ErrTooLarge, rel, fi.Size(), e.opts.MaxDBBytes), "query a smaller extract, e.g. written by run_code with VACUUM INTO after a DELETE")
 	}
 	select {
 	case e.copies <- struct{}{}:

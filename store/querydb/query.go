@@ -11,6 +11,8 @@ import (
 	"time"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // Result is one query's answer.
@@ -38,7 +40,7 @@ var readKeywords = map[string]bool{"SELECT": true, "WITH": true, "VALUES": true,
 func (e *Engine) Query(ctx context.Context, database, query string, params any, maxRows int) (*Result, error) {
 	start := time.Now()
 	if len(query) > e.opts.MaxSQLBytes {
-		return nil, fmt.Errorf("%w: the SQL is %d bytes; at most %d are accepted (hint: pass long lists through params, or filter with a subquery)", ErrTooLarge, len(query), e.opts.MaxSQLBytes)
+		return nil, sandpit.WithHint(fmt.Errorf("%w: the SQL is %d bytes; at most %d are accepted", ErrTooLarge, len(query), e.opts.MaxSQLBytes), "pass long lists through params, or filter with a subquery")
 	}
 	stmt, keyword, err := splitStatement(query)
 	if err != nil {
@@ -91,7 +93,7 @@ func (e *Engine) timeoutOr(parent, qctx context.Context, err error) error {
 		return parent.Err()
 	}
 	if errors.Is(qctx.Err(), context.DeadlineExceeded) && !errors.Is(err, ErrTooLarge) {
-		return fmt.Errorf("%w: the query ran longer than %s and was interrupted (hint: add a LIMIT, filter with WHERE on indexed columns, avoid cartesian joins, unbounded recursive CTEs and deeply nested views)", ErrTimeout, e.opts.Timeout)
+		return sandpit.WithHint(fmt.Errorf("%w: the query ran longer than %s and was interrupted", ErrTimeout, e.opts.Timeout), "add a LIMIT, filter with WHERE on indexed columns, avoid cartesian joins, unbounded recursive CTEs and deeply nested views")
 	}
 	return err
 }
@@ -298,7 +300,7 @@ func statementVariables(stmt string) map[string]bool {
 func (e *Engine) classify(err error, auth *authorizer) error {
 	var se sqlite3.Error
 	if errors.As(err, &se) && se.Code == sqlite3.ErrNomem {
-		return fmt.Errorf("%w: the query needed more memory than the %d MiB SQLite may use in this server (hint: add a LIMIT, select fewer or narrower columns, sort and group on indexed columns, avoid deeply nested views)", ErrTooLarge, e.opts.MaxMemoryBytes>>20)
+		return sandpit.WithHint(fmt.Errorf("%w: the query needed more memory than the %d MiB SQLite may use in this server", ErrTooLarge, e.opts.MaxMemoryBytes>>20), "add a LIMIT, select fewer or narrower columns, sort and group on indexed columns, avoid deeply nested views")
 	}
 	return classify(err, auth)
 }
@@ -323,7 +325,7 @@ func classify(err error, auth *authorizer) error {
 	case sqlite3.ErrReadonly:
 		return fmt.Errorf("%w: %s", ErrRefused, se.Error())
 	case sqlite3.ErrTooBig:
-		return fmt.Errorf("%w: a string or blob grew past the per-value size limit (hint: select substr() or length() of large values instead of the values)", ErrTooLarge)
+		return sandpit.WithHint(fmt.Errorf("%w: a string or blob grew past the per-value size limit or length() of large values instead of the values)", ErrTooLarge), "select substr(")
 	case sqlite3.ErrInterrupt:
 		return fmt.Errorf("%w: the query was interrupted", ErrTimeout)
 	case sqlite3.ErrNotADB, sqlite3.ErrCorrupt, sqlite3.ErrCantOpen:

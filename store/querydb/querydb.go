@@ -228,7 +228,7 @@ func New(path string, open OpenFunc, opts Options) (*Engine, error) {
 	// first query.
 	if err := db.QueryRow("SELECT count(*) FROM sqlite_schema").Scan(new(int)); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("database %s: %w (hint: is it a SQLite 3 file?)", abs, classify(err, nil))
+		return nil, sandpit.WithHint(fmt.Errorf("database %s: %w", abs, classify(err, nil)), "is it a SQLite 3 file?")
 	}
 	e.path, e.db = abs, db
 	return e, nil
@@ -258,7 +258,7 @@ func (e *Engine) handle(ctx context.Context, database string) (conn *sql.Conn, r
 			if e.open != nil {
 				hint += ", or name a .db/.sqlite file in the workspace with database"
 			}
-			return nil, nil, fmt.Errorf("%w (hint: %s)", ErrNoDatabase, hint)
+			return nil, nil, sandpit.WithHint(ErrNoDatabase, hint)
 		}
 		conn, err := e.db.Conn(ctx)
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	sqlite3 "github.com/mattn/go-sqlite3"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/store/workspace"
 )
 
@@ -325,7 +326,7 @@ func TestQueryErrors(t *testing.T) {
 func TestNoDatabase(t *testing.T) {
 	e := newEngine(t, "", Options{})
 	_, err := e.Query(t.Context(), "", `SELECT 1`, nil, 0)
-	if !errors.Is(err, ErrNoDatabase) || !strings.Contains(err.Error(), "--db") {
+	if !errors.Is(err, ErrNoDatabase) || !strings.Contains(sandpit.HintOf(err), "--db") {
 		t.Fatalf("Query: %v", err)
 	}
 	if _, err := e.DescribeSchema(t.Context(), ""); !errors.Is(err, ErrNoDatabase) {
@@ -366,7 +367,7 @@ func TestWorkspaceDatabase(t *testing.T) {
 			t.Errorf("%s: accepted", bad)
 		}
 	}
-	if _, err := e.Query(t.Context(), "", `SELECT 1`, nil, 0); !errors.Is(err, ErrNoDatabase) || !strings.Contains(err.Error(), "workspace") {
+	if _, err := e.Query(t.Context(), "", `SELECT 1`, nil, 0); !errors.Is(err, ErrNoDatabase) || !strings.Contains(sandpit.HintOf(err), "workspace") {
 		t.Errorf("no configured db: %v", err)
 	}
 	if hashFile(t, path) != before {

@@ -464,7 +464,7 @@ func (v *jsonValidation) document(data io.Reader) (*JSONResult, error) {
 		return nil, fmt.Errorf("%w: %v", ErrInput, noPath(err))
 	}
 	if len(b) > max {
-		return nil, fmt.Errorf("%w: the document is larger than %d bytes (hint: validate it as JSONL, one record per line, or a part of it)", ErrTooLarge, max)
+		return nil, sandpit.WithHint(fmt.Errorf("%w: the document is larger than %d bytes", ErrTooLarge, max), "validate it as JSONL, one record per line, or a part of it")
 	}
 	if err := v.check(b, 0); err != nil {
 		return nil, err
@@ -508,7 +508,7 @@ func (v *jsonValidation) check(b []byte, line int) error {
 	doc, err := decodeLimited(bytes.NewReader(b), v.lim.MaxValues, v.lim.MaxDepth)
 	if errors.Is(err, ErrTooLarge) {
 		if line == 0 {
-			return fmt.Errorf("%w (hint: validate it as JSONL, one record per line, or a part of it)", err)
+			return sandpit.WithHint(fmt.Errorf("%w", err), "validate it as JSONL, one record per line, or a part of it")
 		}
 		r.Invalid++
 		r.add(JSONError{Line: line, Message: err.Error()})
@@ -522,9 +522,9 @@ func (v *jsonValidation) check(b []byte, line int) error {
 	err, stop := v.b.run(v.s, doc)
 	switch {
 	case errors.Is(stop, errHeap):
-		return fmt.Errorf("%w: the document fails in so many places that checking it needs more than %d MiB (hint: validate a part of it, or JSONL records one by one)", ErrTooLarge, v.lim.MaxHeapBytes>>20)
+		return sandpit.WithHint(fmt.Errorf("%w: the document fails in so many places that checking it needs more than %d MiB", ErrTooLarge, v.lim.MaxHeapBytes>>20), "validate a part of it, or JSONL records one by one")
 	case stop != nil:
-		return fmt.Errorf("%w: validation took longer than %s (hint: validate a part of it, or simplify the schema)", ErrTimeout, v.lim.Timeout)
+		return sandpit.WithHint(fmt.Errorf("%w: validation took longer than %s", ErrTimeout, v.lim.Timeout), "validate a part of it, or simplify the schema")
 	case err == nil:
 		return nil
 	}
