@@ -97,10 +97,18 @@ func (cfg Config) runRequest(a RunCodeArgs) (sandpit.Request, error) {
 	}
 	timeout := cfg.DefaultTimeout
 	if a.TimeoutSeconds > 0 {
+		// Compared as the caller's number: converted first, 1e10 s overflows
+		// a Duration into a negative one that passes any ceiling.
+		if !(a.TimeoutSeconds <= cfg.MaxTimeout.Seconds()) {
+			return sandpit.Request{}, argErrorf("timeout_seconds %g is over the ceiling of %g seconds: ask for %g or less", a.TimeoutSeconds, cfg.MaxTimeout.Seconds(), cfg.MaxTimeout.Seconds())
+		}
 		timeout = time.Duration(a.TimeoutSeconds * float64(time.Second))
+		if timeout < time.Millisecond {
+			return sandpit.Request{}, argErrorf("timeout_seconds %g is too short: ask for at least 0.001, or leave it out for the default of %g", a.TimeoutSeconds, cfg.DefaultTimeout.Seconds())
+		}
 	}
 	if timeout > cfg.MaxTimeout {
-		return sandpit.Request{}, argErrorf("timeout_seconds %g is over the ceiling of %g seconds: ask for %g or less", a.TimeoutSeconds, cfg.MaxTimeout.Seconds(), cfg.MaxTimeout.Seconds())
+		return sandpit.Request{}, argErrorf("the default timeout %g s is over the ceiling of %g seconds", timeout.Seconds(), cfg.MaxTimeout.Seconds())
 	}
 	if len(a.Args) > 256 {
 		return sandpit.Request{}, argErrorf("too many args (%d, at most 256)", len(a.Args))
