@@ -169,9 +169,7 @@ func formatRun(r RunCodeResult) string {
 	case sandpit.StatusOOM:
 		fmt.Fprintf(&b, "the program ran out of memory (limit %d MiB) and was killed\n", r.Limits.MemoryBytes>>20)
 	}
-	if f := r.Files; f != nil && len(f.Created)+len(f.Modified)+len(f.Deleted) > 0 {
-		fmt.Fprintf(&b, "workspace: created %v, modified %v, deleted %v\n", f.Created, f.Modified, f.Deleted)
-	}
+	b.WriteString(changesLine(r.Files))
 	b.WriteString(changesNote(r.Files))
 	return b.String()
 }
@@ -184,7 +182,7 @@ func changesNote(f *sandpit.Changes) string {
 	case f == nil:
 		return ""
 	case f.Discarded:
-		return "workspace: none of the run's changes were applied: " + f.Reason + "\n"
+		return "workspace: none of the run's changes were applied: " + textLine(f.Reason) + "\n"
 	}
 	var b strings.Builder
 	if f.Truncated {
@@ -194,6 +192,15 @@ func changesNote(f *sandpit.Changes) string {
 		fmt.Fprintf(&b, "workspace: %d entries did not come back (see files.dropped for which and why)\n", f.DroppedCount)
 	}
 	return b.String()
+}
+
+// changesLine is the text line listing a run's workspace changes, or
+// nothing when there are none.
+func changesLine(f *sandpit.Changes) string {
+	if f == nil || len(f.Created)+len(f.Modified)+len(f.Deleted) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("workspace: created %s, modified %s, deleted %s\n", textNames(f.Created), textNames(f.Modified), textNames(f.Deleted))
 }
 
 // LanguageInfo is one row of list_supported_languages.
