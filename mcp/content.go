@@ -138,13 +138,13 @@ func (cfg Config) runContent(ctx context.Context, ch *sandpit.Changes) ([]mcpgo.
 		}
 		img, err := cfg.previewFile(ctx, p)
 		if err != nil {
-			imageFailed = append(imageFailed, fmt.Sprintf("%s (%v)", p, err))
+			imageFailed = append(imageFailed, fmt.Sprintf("%s (%s)", textName(p), textLine(err.Error())))
 			link(p)
 			continue
 		}
 		shown++
 		blocks = append(blocks, mcpgo.NewImageContent(base64.StdEncoding.EncodeToString(img.Data), img.MIMEType))
-		note := fmt.Sprintf("image %s: %d×%d", p, img.SourceWidth, img.SourceHeight)
+		note := fmt.Sprintf("image %s: %d×%d", textName(p), img.SourceWidth, img.SourceHeight)
 		if img.Scaled {
 			note += fmt.Sprintf(", shown at %d×%d", img.Width, img.Height)
 		}

@@ -97,13 +97,13 @@ func describeSchemaTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 
 func formatSchema(s *querydb.Schema) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "database %s: %d tables and views\n", filepath.Base(s.Database), len(s.Tables)+s.MoreTables)
+	fmt.Fprintf(&b, "database %s: %d tables and views\n", textName(filepath.Base(s.Database)), len(s.Tables)+s.MoreTables)
 	for _, t := range s.Tables {
 		count := t.RowCountNote
 		if t.RowCount != nil {
 			count = fmt.Sprintf("%d rows", *t.RowCount)
 		}
-		fmt.Fprintf(&b, "\n%s %s (%s)\n", t.Type, t.Name, count)
+		fmt.Fprintf(&b, "\n%s %s (%s)\n", t.Type, textName(t.Name), count)
 		for _, c := range t.Columns {
 			var flags []string
 			if c.PrimaryKey > 0 {
@@ -113,34 +113,43 @@ func formatSchema(s *querydb.Schema) string {
 				flags = append(flags, "NOT NULL")
 			}
 			if c.Default != nil {
-				flags = append(flags, "DEFAULT "+*c.Default)
+				flags = append(flags, "DEFAULT "+textLine(*c.Default))
 			}
-			fmt.Fprintf(&b, "  %s %s %s\n", c.Name, c.Type, strings.Join(flags, " "))
+			fmt.Fprintf(&b, "  %s %s %s\n", textName(c.Name), textLine(c.Type), strings.Join(flags, " "))
 		}
 		for _, ix := range t.Indexes {
 			u := ""
 			if ix.Unique {
 				u = "unique "
 			}
-			fmt.Fprintf(&b, "  %sindex %s (%s)\n", u, ix.Name, strings.Join(ix.Columns, ", "))
+			fmt.Fprintf(&b, "  %sindex %s %s\n", u, textName(ix.Name), nameTuple(ix.Columns))
 		}
 		if t.MoreColumns > 0 {
 			fmt.Fprintf(&b, "  ... and %d more columns (PRAGMA table_xinfo lists them)\n", t.MoreColumns)
 		}
 		for _, fk := range t.ForeignKeys {
-			fmt.Fprintf(&b, "  foreign key (%s) references %s (%s)\n", strings.Join(fk.Columns, ", "), fk.Table, strings.Join(fk.To, ", "))
+			fmt.Fprintf(&b, "  foreign key %s references %s %s\n", nameTuple(fk.Columns), textName(fk.Table), nameTuple(fk.To))
 		}
 		if t.Error != "" {
-			fmt.Fprintf(&b, "  (incomplete: %s)\n", t.Error)
+			fmt.Fprintf(&b, "  (incomplete: %s)\n", textLine(t.Error))
 		}
 	}
 	if s.MoreTables > 0 {
 		fmt.Fprintf(&b, "\n... and %d more tables and views not described (query sqlite_schema for their names)\n", s.MoreTables)
 	}
 	if s.Note != "" {
-		fmt.Fprintf(&b, "incomplete: %s\n", s.Note)
+		fmt.Fprintf(&b, "incomplete: %s\n", textLine(s.Note))
 	}
 	return b.String()
+}
+
+// nameTuple prints SQL column names as (a, b), each through textName.
+func nameTuple(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = textName(n)
+	}
+	return "(" + strings.Join(q, ", ") + ")"
 }
 
 // QueryDBArgs are query_db's arguments.
@@ -190,14 +199,18 @@ func formatRows(r QueryDBResult, maxRows int) string {
 		if v != nil {
 			s = fmt.Sprint(v)
 		}
-		s = strings.NewReplacer("\n", `\n`, "\t", `\t`, "|", `\|`).Replace(s)
+		s = strings.ReplaceAll(textLine(s), "|", `\|`) // one line, and no column of its own
 		if utf8.RuneCountInString(s) > cellMax {
 			s = string([]rune(s)[:cellMax-1]) + "…"
 		}
 		return s
 	}
 	var b strings.Builder
-	b.WriteString(strings.Join(r.Columns, " | "))
+	header := make([]string, len(r.Columns))
+	for i, c := range r.Columns {
+		header[i] = cell(c)
+	}
+	b.WriteString(strings.Join(header, " | "))
 	b.WriteString("\n")
 	for _, row := range r.Rows {
 		cells := make([]string, len(row))
@@ -334,13 +347,13 @@ func formatJSONResult(r *validate.JSONResult) string {
 		if e.Line > 0 {
 			fmt.Fprintf(&b, "line %d: ", e.Line)
 		}
-		fmt.Fprintf(&b, "%s [schema %s]\n", e.Message, e.SchemaLocation)
+		fmt.Fprintf(&b, "%s [schema %s]\n", textLine(e.Message), textLine(e.SchemaLocation))
 	}
 	if r.Truncated {
 		fmt.Fprintf(&b, "... %d more error(s) not listed\n", r.ErrorCount-len(r.Errors))
 	}
 	if r.Stopped != "" {
-		fmt.Fprintf(&b, "incomplete: %s\n", r.Stopped)
+		fmt.Fprintf(&b, "incomplete: %s\n", textLine(r.Stopped))
 	}
 	return b.String()
 }
@@ -447,18 +460,18 @@ func formatCSVResult(r *validate.CSVResult) string {
 		if !c.DistinctExact {
 			approx = "~"
 		}
-		fmt.Fprintf(&b, "  %s: %s, %d null, %s%d distinct\n", c.Name, c.InferredType, c.Nulls, approx, c.Distinct)
+		fmt.Fprintf(&b, "  %s: %s, %d null, %s%d distinct\n", textName(c.Name), c.InferredType, c.Nulls, approx, c.Distinct)
 	}
 	for _, e := range r.Errors {
 		switch {
 		case e.Row > 0 && e.Column != "":
-			fmt.Fprintf(&b, "row %d, column %s: ", e.Row, e.Column)
+			fmt.Fprintf(&b, "row %d, column %s: ", e.Row, textName(e.Column))
 		case e.Row > 0:
 			fmt.Fprintf(&b, "row %d: ", e.Row)
 		case e.Column != "":
-			fmt.Fprintf(&b, "column %s: ", e.Column)
+			fmt.Fprintf(&b, "column %s: ", textName(e.Column))
 		}
-		b.WriteString(e.Message)
+		b.WriteString(textLine(e.Message))
 		if e.Value != "" {
 			fmt.Fprintf(&b, " (value %q)", e.Value)
 		}
@@ -468,10 +481,10 @@ func formatCSVResult(r *validate.CSVResult) string {
 		fmt.Fprintf(&b, "... %d more error(s) not listed\n", r.ErrorCount-len(r.Errors))
 	}
 	for _, n := range r.Notes {
-		fmt.Fprintf(&b, "note: %s\n", n)
+		fmt.Fprintf(&b, "note: %s\n", textLine(n))
 	}
 	if r.Stopped != "" {
-		fmt.Fprintf(&b, "incomplete: %s\n", r.Stopped)
+		fmt.Fprintf(&b, "incomplete: %s\n", textLine(r.Stopped))
 	}
 	return b.String()
 }

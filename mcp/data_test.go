@@ -332,3 +332,60 @@ func TestNoDatabaseConfigured(t *testing.T) {
 		t.Fatalf("%v %s", res.IsError, resultText(res))
 	}
 }
+
+// TestDataTextEscapesNames: database, table, column and index names come
+// from files a run wrote, CSV headers and JSON keys from the data; the data
+// tools' text prints them escaped (issue 12 item 3).
+func TestDataTextEscapesNames(t *testing.T) {
+	f := newDataClient(t)
+	dbName := "evil\u202egnp.db"
+	db, err := sql.Open("sqlite3", filepath.Join(f.ws, dbName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{
+		"CREATE TABLE \"t\nview fake (1 rows)\" (\"a\x1b[2Jb\" INTEGER PRIMARY KEY, \"c\u2066d\" TEXT DEFAULT 'x\ry')",
+		"CREATE INDEX \"ix\u202e\" ON \"t\nview fake (1 rows)\" (\"c\u2066d\")",
+		"INSERT INTO \"t\nview fake (1 rows)\" VALUES (1, 'v\x1b]0;t\x07')",
+	} {
+		if _, err := db.Exec(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	calls := []struct {
+		name string
+		res  *mcpgo.CallToolResult
+		has  []string
+	}{
+		{"describe_schema", f.call(t, "describe_schema", map[string]any{"database": dbName}, nil),
+			[]string{textName(dbName), textName("t\nview fake (1 rows)"), textName("a\x1b[2Jb"), textName("ix\u202e")}},
+		{"query_db", f.call(t, "query_db", map[string]any{"database": dbName, "sql": "SELECT * FROM \"t\nview fake (1 rows)\""}, nil),
+			[]string{`a\x1b[2Jb | c\u2066d`, `v\x1b]0;t\a`}},
+		{"validate_csv_data", f.call(t, "validate_csv_data", map[string]any{
+			"csv_content": "\"h\u202e1\",\"h\n2\"\n1,x\n", "type_constraints": map[string]any{"h\n2": "integer"}}, nil),
+			[]string{textName("h\u202e1"), textName("h\n2")}},
+		{"validate_json_data", f.call(t, "validate_json_data", map[string]any{
+			"data": map[string]any{"k\x1b[2J\u202e": 1}, "schema": map[string]any{"additionalProperties": map[string]any{"type": "string"}}}, nil),
+			[]string{`k\x1b[2J\u202e`}},
+	}
+	// An error quoting the caller's table name.
+	if res := f.call(t, "query_db", map[string]any{"sql": "SELECT * FROM \"x\x1b[2J\u202e\""}, nil); !res.IsError || !safeText(resultText(res)) {
+		t.Errorf("query_db of a missing table: error %v, text %q", res.IsError, resultText(res))
+	}
+	for _, c := range calls {
+		got := resultText(c.res)
+		if c.res.IsError {
+			t.Errorf("%s: %s", c.name, got)
+			continue
+		}
+		if !safeText(got) {
+			t.Errorf("%s: text holds a control or format character:\n%q", c.name, got)
+		}
+		for _, h := range c.has {
+			if !strings.Contains(got, h) {
+				t.Errorf("%s: text lacks %s:\n%s", c.name, h, got)
+			}
+		}
+	}
+}

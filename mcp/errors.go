@@ -53,13 +53,15 @@ func toolError(log *slog.Logger, tool string, err error) *mcpgo.CallToolResult {
 	if class == sandpit.ErrUnavailable {
 		log.Warn("tool failed: unavailable", "tool", tool, "err", err)
 	}
-	msg := err.Error()
+	// Messages quote names and values sandpit did not write (an SQLite
+	// error names the table the caller asked for).
+	msg := textLines(err.Error())
 	hint := sandpit.HintOf(err)
 	if hint == "" {
 		hint = toolHints[tool][class]
 	}
 	if hint != "" {
-		msg += "\nhint: " + hint
+		msg += "\nhint: " + textLines(hint)
 	}
 	return mcpgo.NewToolResultError(msg)
 }

@@ -79,7 +79,7 @@ func listFilesTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		var b strings.Builder
 		for _, e := range ls.Entries {
 			out.Entries = append(out.Entries, FileEntry{Path: e.Path, Type: e.Type, Size: e.Size, MTime: e.ModTime.UTC()})
-			fmt.Fprintf(&b, "%-7s %10d  %s  %s\n", e.Type, e.Size, e.ModTime.UTC().Format(time.RFC3339), e.Path)
+			fmt.Fprintf(&b, "%-7s %10d  %s  %s\n", e.Type, e.Size, e.ModTime.UTC().Format(time.RFC3339), textName(e.Path))
 		}
 		if len(ls.Entries) == 0 {
 			b.WriteString("(empty)\n")
@@ -244,7 +244,7 @@ func writeFileTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 			return nil, "", err
 		}
 		out := WriteFileResult{Path: e.Path, Bytes: e.Size, MTime: e.ModTime.UTC()}
-		return out, fmt.Sprintf("wrote %d bytes to %s", out.Bytes, out.Path), nil
+		return out, fmt.Sprintf("wrote %d bytes to %s", out.Bytes, textName(out.Path)), nil
 	})
 }
 
@@ -272,7 +272,7 @@ func deleteFileTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 			return nil, "", err
 		}
 		//lint:ignore S1016 the argument and result types only happen to match today
-		return PathResult{Path: a.Path}, "deleted " + a.Path, nil
+		return PathResult{Path: a.Path}, "deleted " + textName(a.Path), nil
 	})
 }
 
@@ -295,6 +295,6 @@ func moveFileTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		if err := cfg.Files.Move(ctx, a.From, a.To); err != nil {
 			return nil, "", err
 		}
-		return PathResult{Path: a.To}, fmt.Sprintf("moved %s to %s", a.From, a.To), nil
+		return PathResult{Path: a.To}, fmt.Sprintf("moved %s to %s", textName(a.From), textName(a.To)), nil
 	})
 }

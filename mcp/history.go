@@ -265,9 +265,9 @@ func formatHistory(h HistoryResult) string {
 // oneLine squeezes a code preview onto one line of at most n runes.
 func oneLine(code, path string, n int) string {
 	if code == "" && path != "" {
-		return "(file " + path + ")"
+		return "(file " + textName(path) + ")"
 	}
-	s := strings.Join(strings.Fields(code), " ")
+	s := textLine(strings.Join(strings.Fields(code), " "))
 	if r := []rune(s); len(r) > n {
 		s = string(r[:n-1]) + "…"
 	}
@@ -318,7 +318,7 @@ func formatRecord(r RunRecord) string {
 	fmt.Fprintf(&b, "usage: cpu %d ms user + %d ms system, peak memory %d KiB, pids %d, oom %t\n",
 		r.CPUUserMS, r.CPUSystemMS, r.MemoryPeakBytes>>10, r.Pids, r.OOMKilled)
 	if r.Path != "" {
-		fmt.Fprintf(&b, "--- ran workspace file %s ---\n", r.Path)
+		fmt.Fprintf(&b, "--- ran workspace file %s ---\n", textName(r.Path))
 	} else {
 		fmt.Fprintf(&b, "--- code (%d bytes) ---\n%s\n", r.CodeBytes, strings.TrimSuffix(r.Code, "\n"))
 	}
@@ -330,9 +330,7 @@ func formatRecord(r RunRecord) string {
 	}
 	head("stdout", r.StdoutHead, r.StdoutBytes)
 	head("stderr", r.StderrHead, r.StderrBytes)
-	if f := r.Files; f != nil && len(f.Created)+len(f.Modified)+len(f.Deleted) > 0 {
-		fmt.Fprintf(&b, "workspace: created %v, modified %v, deleted %v\n", f.Created, f.Modified, f.Deleted)
-	}
+	b.WriteString(changesLine(r.Files))
 	b.WriteString(changesNote(r.Files))
 	return b.String()
 }

@@ -165,7 +165,7 @@ func fixRunPrompt(r RunRecord, s StatusReport) string {
 		b.WriteString("It exited successfully; check whether its output is what was wanted.\n")
 	}
 	if r.Path != "" {
-		fmt.Fprintf(&b, "\nIt ran the workspace file %s (its source is in the workspace).\n", r.Path)
+		fmt.Fprintf(&b, "\nIt ran the workspace file %s (its source is in the workspace).\n", textName(r.Path))
 	} else {
 		fmt.Fprintf(&b, "\nCode:\n```%s\n%s\n```\n", r.Language, strings.TrimSuffix(r.Code, "\n"))
 	}

@@ -1,10 +1,12 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	goruntime "runtime"
+	"strings"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -99,11 +101,12 @@ func addResources(s *server.MCPServer, cfg Config) {
 		addWorkspaceResource(s, cfg)
 	}
 	if cfg.Logs != nil {
+		redact := newRedactor(cfg.HostPaths)
 		s.AddResource(mcpgo.NewResource("sandbox://logs", "logs",
-			mcpgo.WithResourceDescription(fmt.Sprintf("The server's most recent structured log records (at most %d), oldest first.", logsShown)),
+			mcpgo.WithResourceDescription(fmt.Sprintf("The server's most recent structured log records (at most %d), oldest first; host paths show as placeholders such as <workspace>.", logsShown)),
 			mcpgo.WithMIMEType("application/json"),
 		), func(ctx context.Context, req mcpgo.ReadResourceRequest) ([]mcpgo.ResourceContents, error) {
-			return jsonContents(req.Params.URI, map[string]any{"records": cfg.Logs.Records(logsShown)})
+			return jsonContents(req.Params.URI, map[string]any{"records": redact.records(cfg.Logs.Records(logsShown))})
 		})
 	}
 	if cfg.History != nil {
@@ -133,10 +136,15 @@ func templateArg(req mcpgo.ReadResourceRequest, name string) string {
 	return ""
 }
 
+// jsonContents is v as an indented JSON resource. Nothing here is HTML, so
+// "<" stays "<" (a placeholder such as <workspace> reads as written).
 func jsonContents(uri string, v any) ([]mcpgo.ResourceContents, error) {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
 		return nil, fmt.Errorf("%s: %w", uri, err)
 	}
-	return []mcpgo.ResourceContents{mcpgo.TextResourceContents{URI: uri, MIMEType: "application/json", Text: string(b)}}, nil
+	return []mcpgo.ResourceContents{mcpgo.TextResourceContents{URI: uri, MIMEType: "application/json", Text: strings.TrimSuffix(b.String(), "\n")}}, nil
 }

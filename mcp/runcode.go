@@ -103,10 +103,18 @@ func (cfg Config) runRequest(a RunCodeArgs) (sandpit.Request, error) {
 	}
 	timeout := cfg.DefaultTimeout
 	if a.TimeoutSeconds > 0 {
+		// Compared as the caller's number: converted first, 1e10 s overflows
+		// a Duration into a negative one that passes any ceiling.
+		if !(a.TimeoutSeconds <= cfg.MaxTimeout.Seconds()) {
+			return sandpit.Request{}, argErrorf("timeout_seconds %g is over the ceiling of %g seconds: ask for %g or less", a.TimeoutSeconds, cfg.MaxTimeout.Seconds(), cfg.MaxTimeout.Seconds())
+		}
 		timeout = time.Duration(a.TimeoutSeconds * float64(time.Second))
+		if timeout < time.Millisecond {
+			return sandpit.Request{}, argErrorf("timeout_seconds %g is too short: ask for at least 0.001, or leave it out for the default of %g", a.TimeoutSeconds, cfg.DefaultTimeout.Seconds())
+		}
 	}
 	if timeout > cfg.MaxTimeout {
-		return sandpit.Request{}, argErrorf("timeout_seconds %g is over the ceiling of %g seconds: ask for %g or less", a.TimeoutSeconds, cfg.MaxTimeout.Seconds(), cfg.MaxTimeout.Seconds())
+		return sandpit.Request{}, argErrorf("the default timeout %g s is over the ceiling of %g seconds", timeout.Seconds(), cfg.MaxTimeout.Seconds())
 	}
 	if len(a.Args) > 256 {
 		return sandpit.Request{}, argErrorf("too many args (%d, at most 256)", len(a.Args))
@@ -167,9 +175,7 @@ func formatRun(r RunCodeResult) string {
 	case sandpit.StatusOOM:
 		fmt.Fprintf(&b, "the program ran out of memory (limit %d MiB) and was killed\n", r.Limits.MemoryBytes>>20)
 	}
-	if f := r.Files; f != nil && len(f.Created)+len(f.Modified)+len(f.Deleted) > 0 {
-		fmt.Fprintf(&b, "workspace: created %v, modified %v, deleted %v\n", f.Created, f.Modified, f.Deleted)
-	}
+	b.WriteString(changesLine(r.Files))
 	b.WriteString(changesNote(r.Files))
 	return b.String()
 }
@@ -182,7 +188,7 @@ func changesNote(f *sandpit.Changes) string {
 	case f == nil:
 		return ""
 	case f.Discarded:
-		return "workspace: none of the run's changes were applied: " + f.Reason + "\n"
+		return "workspace: none of the run's changes were applied: " + textLine(f.Reason) + "\n"
 	}
 	var b strings.Builder
 	if f.Truncated {
@@ -192,6 +198,15 @@ func changesNote(f *sandpit.Changes) string {
 		fmt.Fprintf(&b, "workspace: %d entries did not come back (see files.dropped for which and why)\n", f.DroppedCount)
 	}
 	return b.String()
+}
+
+// changesLine is the text line listing a run's workspace changes, or
+// nothing when there are none.
+func changesLine(f *sandpit.Changes) string {
+	if f == nil || len(f.Created)+len(f.Modified)+len(f.Deleted) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("workspace: created %s, modified %s, deleted %s\n", textNames(f.Created), textNames(f.Modified), textNames(f.Deleted))
 }
 
 // LanguageInfo is one row of list_supported_languages.

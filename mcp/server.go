@@ -50,6 +50,10 @@ type Config struct {
 	Status func(context.Context) StatusReport
 	// Logs, when set, serves sandbox://logs.
 	Logs LogSource
+	// HostPaths are the host directories and files the server was
+	// configured with (workspace, state dir, snapshot store, history
+	// database...): sandbox://logs shows each as its placeholder.
+	HostPaths []HostPath
 	// QueryDB, when set, serves describe_schema and query_db.
 	QueryDB QueryDB
 	// Validator, when set, serves validate_json_data, validate_csv_data,

@@ -58,7 +58,7 @@ func createSnapshotTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 			return nil, "", err
 		}
 		out := toSnapshotInfo(s)
-		return out, fmt.Sprintf("snapshot_id: %s (%d files, %d bytes)", out.SnapshotID, out.Files, out.Bytes), nil
+		return out, fmt.Sprintf("snapshot_id: %s (%d files, %d bytes)", textName(out.SnapshotID), out.Files, out.Bytes), nil
 	})
 }
 
@@ -84,7 +84,7 @@ func listSnapshotsTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		for _, s := range list {
 			i := toSnapshotInfo(s)
 			out.Snapshots = append(out.Snapshots, i)
-			fmt.Fprintf(&b, "%s  %s  %d files, %d bytes  %s\n", i.SnapshotID, i.Created.Format(time.RFC3339), i.Files, i.Bytes, i.Description)
+			fmt.Fprintf(&b, "%s  %s  %d files, %d bytes  %s\n", textName(i.SnapshotID), i.Created.Format(time.RFC3339), i.Files, i.Bytes, textLine(i.Description))
 		}
 		if len(list) == 0 {
 			b.WriteString("no snapshots yet: create_state_snapshot records one\n")
@@ -118,7 +118,7 @@ func restoreSnapshotTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		if err := cfg.Snapshots.Restore(ctx, a.SnapshotID); err != nil {
 			return nil, "", err
 		}
-		return SnapshotActionResult{a.SnapshotID, "restored"}, "workspace restored to " + a.SnapshotID, nil
+		return SnapshotActionResult{a.SnapshotID, "restored"}, "workspace restored to " + textName(a.SnapshotID), nil
 	})
 }
 
@@ -135,7 +135,7 @@ func deleteSnapshotTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		if err := cfg.Snapshots.Delete(ctx, a.SnapshotID); err != nil {
 			return nil, "", err
 		}
-		return SnapshotActionResult{a.SnapshotID, "deleted"}, "deleted snapshot " + a.SnapshotID, nil
+		return SnapshotActionResult{a.SnapshotID, "deleted"}, "deleted snapshot " + textName(a.SnapshotID), nil
 	})
 }
 
@@ -168,11 +168,11 @@ func diffSnapshotTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 			paths []string
 		}{{"+", d.Added}, {"-", d.Removed}, {"~", d.Changed}} {
 			for _, p := range l.paths {
-				fmt.Fprintf(&b, "%s %s\n", l.sign, p)
+				fmt.Fprintf(&b, "%s %s\n", l.sign, textName(p))
 			}
 		}
 		if b.Len() == 0 {
-			b.WriteString("no changes since " + a.SnapshotID + "\n")
+			b.WriteString("no changes since " + textName(a.SnapshotID) + "\n")
 		}
 		return out, b.String(), nil
 	})
@@ -197,6 +197,6 @@ func undoLastRunTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 			return nil, "", err
 		}
 		out := UndoResult{Restored: s.Description, Created: s.Created.UTC()}
-		return out, "workspace restored to its state " + s.Description, nil
+		return out, "workspace restored to its state " + textLine(s.Description), nil
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -208,5 +209,93 @@ func TestBind(t *testing.T) {
 	}
 	if !slices.Contains(ws.Options, "rw") || slices.Contains(ws.Options, "noexec") || !slices.Contains(ws.Options, "nosuid") {
 		t.Errorf("writable exec bind options = %v", ws.Options)
+	}
+}
+
+// allows reports whether an allow rule of p admits syscall name with arg0
+// set to a, evaluating the rules' argument conditions as libseccomp does
+// (all of a rule's conditions must hold; conditions on other arguments are
+// taken to hold, the permissive reading).
+func allows(p *specs.LinuxSeccomp, name string, a uint64) bool {
+	for _, r := range p.Syscalls {
+		if r.Action != specs.ActAllow || !slices.Contains(r.Names, name) {
+			continue
+		}
+		ok := true
+		for _, c := range r.Args {
+			if c.Index != 0 {
+				continue
+			}
+			switch c.Op {
+			case specs.OpNotEqual:
+				ok = ok && a != c.Value
+			case specs.OpLessThan:
+				ok = ok && a < c.Value
+			case specs.OpLessEqual:
+				ok = ok && a <= c.Value
+			case specs.OpEqualTo:
+				ok = ok && a == c.Value
+			case specs.OpGreaterEqual:
+				ok = ok && a >= c.Value
+			case specs.OpGreaterThan:
+				ok = ok && a > c.Value
+			case specs.OpMaskedEqual:
+				ok = ok && a&c.Value == c.ValueTwo
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// TestSeccompSocketFamilies: no route in the filter creates an AF_ALG or
+// AF_VSOCK socket. socket(2) is filtered on its family, socketcall(2) (the
+// 32-bit ABI's multiplexer, which carries the family in memory a filter
+// cannot read) is not allowed at all, and no compat ABI is admitted
+// (review 2026-11-30, M1).
+func TestSeccompSocketFamilies(t *testing.T) {
+	p := mustGenerate(t, WithHardening(testProfile()), WithProcess("/", "true")).Linux.Seccomp
+	const afALG, afVSOCK, afUNIX, afINET = 38, 40, 1, 2
+	for _, fam := range []uint64{afALG, afVSOCK} {
+		if allows(p, "socket", fam) {
+			t.Errorf("socket(%d, ...) is allowed", fam)
+		}
+	}
+	for _, fam := range []uint64{afUNIX, afINET} {
+		if !allows(p, "socket", fam) {
+			t.Errorf("socket(%d, ...) is refused; ordinary sockets must work", fam)
+		}
+	}
+	if allows(p, "socketcall", 1) {
+		t.Error("socketcall is allowed: socketcall(SYS_SOCKET, {AF_VSOCK, ...}) bypasses socket's family filter")
+	}
+}
+
+// TestSeccompNativeABIOnly: the profile lists the native architecture and
+// nothing else, so int 0x80 (x86) and x32 syscalls meet the filter's
+// foreign-architecture action instead of a second, looser rule set
+// (review 2026-11-30, M1).
+func TestSeccompNativeABIOnly(t *testing.T) {
+	p := mustGenerate(t, WithHardening(testProfile()), WithProcess("/", "true")).Linux.Seccomp
+	want := map[string][]specs.Arch{"amd64": {specs.ArchX86_64}, "arm64": {specs.ArchAARCH64}}[goruntime.GOARCH]
+	if want == nil {
+		t.Skipf("no expectation for %s", goruntime.GOARCH)
+	}
+	if got := p.Architectures; !slices.Equal(got, want) {
+		t.Errorf("architectures = %v, want %v", got, want)
+	}
+}
+
+// TestSeccompNoInotify: inotify instances are charged to the user
+// namespace owner's (host root's) budget, so a sandbox may not create any
+// (review 2026-11-30, M2).
+func TestSeccompNoInotify(t *testing.T) {
+	p := mustGenerate(t, WithHardening(testProfile()), WithProcess("/", "true")).Linux.Seccomp
+	for _, n := range []string{"inotify_init", "inotify_init1"} {
+		if allows(p, n, 0) {
+			t.Errorf("%s is allowed", n)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	_ "embed"
+	goruntime "runtime"
 	"strings"
 
 	"github.com/containerd/containerd/containers"
@@ -30,14 +31,40 @@ func DeniedSyscalls() []string {
 }
 
 // WithSeccomp applies containerd's default profile, derived from the
-// process's capabilities (so it must run after they are set), and then takes
-// every syscall in DeniedSyscalls out of its allow rules, leaving them to the
-// profile's default action (EPERM).
+// process's capabilities (so it must run after they are set), takes every
+// syscall in DeniedSyscalls out of its allow rules, leaving them to the
+// profile's default action (EPERM), and admits only the native ABI.
 func WithSeccomp() coci.SpecOpts {
 	return func(_ context.Context, _ coci.Client, _ *containers.Container, s *coci.Spec) error {
-		s.Linux.Seccomp = Stricter(seccomp.DefaultProfile(s), DeniedSyscalls())
+		p := Stricter(seccomp.DefaultProfile(s), DeniedSyscalls())
+		p.Architectures = NativeArchitectures()
+		s.Linux.Seccomp = p
 		return nil
 	}
+}
+
+// nativeArch is the seccomp name of each Go architecture's own ABI.
+var nativeArch = map[string]specs.Arch{
+	"amd64":   specs.ArchX86_64,
+	"arm64":   specs.ArchAARCH64,
+	"ppc64le": specs.ArchPPC64LE,
+	"riscv64": specs.ArchRISCV64,
+	"s390x":   specs.ArchS390X,
+}
+
+// NativeArchitectures is the profile's architecture list: the native ABI
+// only. containerd's default also admits the compat ABIs (x86 and x32 on
+// amd64, arm on arm64), each a second syscall table with calls the rules
+// were not written for: on x86, socketcall(2) reaches socket(2) without its
+// address-family filter. A syscall made through an ABI not listed here gets
+// the filter's action for a foreign architecture (libseccomp kills the
+// process). An empty list, for an architecture not in the table, means the
+// same to runc and crun: the native ABI alone.
+func NativeArchitectures() []specs.Arch {
+	if a, ok := nativeArch[goruntime.GOARCH]; ok {
+		return []specs.Arch{a}
+	}
+	return nil
 }
 
 // Stricter returns p without allow rules for the named syscalls.

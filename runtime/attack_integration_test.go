@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -550,6 +551,150 @@ for t in "cgroup -o memory" "cgroup -o rdma" cgroup2; do if mount -t $t cgroup /
 done
 for d in /sys/firmware /sys/kernel /sys/fs; do [ -z "$(ls -A $d 2>/dev/null)" ] && echo "blocked $d" || echo "UNSAFE $d has entries"; done`, []string{"blocked /proc/kcore", "blocked /proc/keys", "blocked /sys/kernel", "blocked /sys/fs"}},
 	})
+}
+
+// abiProbe is the C prelude of TestAttackSyscallABI: probe runs one raw
+// syscall in a child (so a seccomp kill takes only the child) and prints
+// "blocked NAME ..." when the call was refused — the child killed by SIGSYS,
+// or EPERM or ENOSYS returned — or "UNSAFE NAME ..." when it reached the
+// kernel. Pointer arguments for the 32-bit ABI live below 4 GiB (MAP_32BIT).
+const abiProbe = `#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define X32_BIT 0x40000000L
+enum { I386, X32, NATIVE };
+static unsigned int *low; /* below 4 GiB: int 0x80 passes 32-bit pointers */
+
+static long raw(int abi, long nr, long a, long b, long c) {
+	long r;
+	switch (abi) {
+	case I386:
+		__asm__ volatile("int $0x80" : "=a"(r) : "a"(nr), "b"(a), "c"(b), "d"(c) : "memory");
+		return r;
+	case X32:
+		__asm__ volatile("syscall" : "=a"(r) : "a"(nr | X32_BIT), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
+		return r;
+	}
+	r = syscall(nr, a, b, c);
+	return r < 0 ? -errno : r;
+}
+
+static void probe(const char *name, int abi, long nr, long a, long b, long c) {
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		long r = raw(abi, nr, a, b, c);
+		if (r == -EPERM || r == -ENOSYS)
+			printf("blocked %s %s\n", name, r == -EPERM ? "EPERM" : "ENOSYS");
+		else if (r < 0)
+			printf("UNSAFE %s reached the kernel: %s\n", name, strerror(-r));
+		else
+			printf("UNSAFE %s returned %ld\n", name, r);
+		fflush(stdout);
+		_exit(0);
+	}
+	int st;
+	waitpid(pid, &st, 0);
+	if (WIFSIGNALED(st) && WTERMSIG(st) == SIGSYS)
+		printf("blocked %s killed by SIGSYS\n", name);
+	else if (WIFSIGNALED(st))
+		printf("blocked %s: no such ABI here (signal %d)\n", name, WTERMSIG(st));
+}
+
+int main(void) {
+	low = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_32BIT, -1, 0);
+	if (low == MAP_FAILED) { perror("mmap"); return 1; }
+	printf("native getpid %ld\n", raw(NATIVE, SYS_getpid, 0, 0, 0));
+`
+
+// TestAttackSyscallABI: seccomp admits only the native x86-64 ABI. The
+// 32-bit one (int 0x80) has socketcall(2), through which socket(2)'s family
+// filter (no AF_VSOCK, no AF_ALG) was bypassed; x32 would be a third
+// syscall table. Both fall to the filter's action for a foreign
+// architecture (the process is killed), and socketcall is denied too.
+func TestAttackSyscallABI(t *testing.T) {
+	if goruntime.GOARCH != "amd64" {
+		t.Skipf("the probes are x86 assembly; this is %s", goruntime.GOARCH)
+	}
+	r := newRuntime(t)
+	c := func(body string) string { return abiProbe + body + "\treturn 0;\n}\n" }
+	runAttacks(t, r, []attack{
+		// socketcall(SYS_SOCKET, {AF_VSOCK, SOCK_STREAM, 0}): vsock is not
+		// network-namespaced; on a VM it reaches the hypervisor's services.
+		{"socketcall_vsock", "c", c(`	low[0] = 40; low[1] = SOCK_STREAM; low[2] = 0;
+	probe("socketcall_vsock", I386, 102, 1, (long)(uintptr_t)low, 0);
+`), []string{"native getpid", "blocked socketcall_vsock"}},
+		{"socketcall_alg", "c", c(`	low[0] = 38; low[1] = SOCK_SEQPACKET; low[2] = 0;
+	probe("socketcall_alg", I386, 102, 1, (long)(uintptr_t)low, 0);
+`), []string{"native getpid", "blocked socketcall_alg"}},
+		// i386's own socket(2) (359), and the native one as the control.
+		{"socket_vsock", "c", c(`	probe("i386_socket_vsock", I386, 359, 40, SOCK_STREAM, 0);
+	probe("native_socket_vsock", NATIVE, SYS_socket, 40, SOCK_STREAM, 0);
+	probe("native_socket_alg", NATIVE, SYS_socket, 38, SOCK_SEQPACKET, 0);
+`), []string{"blocked i386_socket_vsock", "blocked native_socket_vsock", "blocked native_socket_alg"}},
+		// Harmless calls: the ABI itself is what is refused.
+		{"i386_abi", "c", c(`	probe("i386_getpid", I386, 20, 0, 0, 0);
+`), []string{"native getpid", "blocked i386_getpid"}},
+		{"x32_abi", "c", c(`	probe("x32_getpid", X32, 39, 0, 0, 0);
+`), []string{"native getpid", "blocked x32_getpid"}},
+	})
+}
+
+// TestAttackHostInotifyBudget: inotify instances are charged up the user
+// namespace chain to its owner, host root (fs.inotify.max_user_instances,
+// 128 by default, shared by every root daemon), so seccomp denies creating
+// them. The payload asks for 16 (well under the host's limit), keeps any it
+// gets across an exec, and the test counts them from the host.
+func TestAttackHostInotifyBudget(t *testing.T) {
+	r := newRuntime(t)
+	marker := "sandpit-inotify-" + token(t)[:12]
+	done := make(chan *sandpit.Result, 1)
+	go func() {
+		res, err := r.Run(context.Background(), sandpit.Request{Language: "python", Timeout: 30 * time.Second, Code: fmt.Sprintf(`%s
+for i in range(16):
+    sc("inotify_init1", 294, 0)  # no IN_CLOEXEC: what it returns survives the exec
+sc("inotify_init", 253)
+os.execv("/bin/sleep", [%q, "6"])
+`, pySyscall, marker)})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	var procs []string
+	for i := 0; i < 300 && len(procs) == 0; i++ {
+		time.Sleep(100 * time.Millisecond)
+		procs = hostProcs(t, marker)
+	}
+	held := 0
+	for _, p := range procs {
+		fds, _ := filepath.Glob(filepath.Join("/proc", strings.Fields(p)[1], "fd", "*"))
+		for _, fd := range fds {
+			if l, _ := os.Readlink(fd); l == "anon_inode:inotify" {
+				held++
+			}
+		}
+	}
+	res := <-done
+	if res == nil {
+		return
+	}
+	if len(procs) == 0 {
+		t.Fatalf("the payload never reached its exec (status %s):\n%s%s", res.Status, res.Stdout, res.Stderr)
+	}
+	if held > 0 {
+		t.Errorf("the sandbox holds %d inotify instances, each charged to host root's budget", held)
+	}
+	checkMarkers(t, res, []string{"blocked inotify_init1 EPERM", "blocked inotify_init EPERM"})
 }
 
 // TestAttackInfiniteLoop: a loop that never ends is killed at its timeout,

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	_ "embed"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -145,10 +146,11 @@ func listOrNone(l []string) string {
 var ErrPreflight = errors.New("pre-flight check failed")
 
 // preflight parses code in a sandbox and returns the policy violations.
-// Code that does not parse passes: running it reports the SyntaxError with
-// the interpreter's own message.
+// Code the checker cannot parse is refused (an ErrInvalidRequest with the
+// parser's message): the interpreter might still run it, or part of it, and
+// a check that cannot read the code has nothing to say about it.
 func (r *Runtime) preflight(ctx context.Context, p *PreflightPolicy, lang *LanguageSpec, code string) ([]Violation, error) {
-	in, err := json.Marshal(map[string]any{"code": code, "modules": p.DenyModules, "builtins": p.DenyBuiltins})
+	in, err := preflightInput(p, code)
 	if err != nil {
 		return nil, err
 	}
@@ -163,12 +165,34 @@ func (r *Runtime) preflight(ctx context.Context, p *PreflightPolicy, lang *Langu
 	if res.Status != sandpit.StatusSuccess {
 		return nil, fmt.Errorf("%w: checker ended %s: %s", ErrPreflight, res.Status, strings.TrimSpace(res.Stderr))
 	}
+	return preflightVerdict(res.Stdout)
+}
+
+// preflightInput is the checker's stdin. The code goes as base64 of its
+// bytes, exactly as the program's source file will hold them: JSON text
+// would replace invalid UTF-8, and the checker must decode the bytes the way
+// the interpreter does (coding cookie, BOM).
+func preflightInput(p *PreflightPolicy, code string) ([]byte, error) {
+	return json.Marshal(map[string]any{
+		"code_b64": base64.StdEncoding.EncodeToString([]byte(code)),
+		"modules":  p.DenyModules,
+		"builtins": p.DenyBuiltins,
+	})
+}
+
+// preflightVerdict reads the checker's answer: the violations, or an
+// ErrInvalidRequest when the code does not parse.
+func preflightVerdict(stdout string) ([]Violation, error) {
 	var out struct {
 		Violations  []Violation `json:"violations"`
-		SyntaxError string      `json:"syntax_error"`
+		SyntaxError *string     `json:"syntax_error"`
 	}
-	if err := json.Unmarshal([]byte(res.Stdout), &out); err != nil {
-		return nil, fmt.Errorf("%w: checker output %.200q: %w", ErrPreflight, res.Stdout, err)
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+		return nil, fmt.Errorf("%w: checker output %.200q: %w", ErrPreflight, stdout, err)
+	}
+	if out.SyntaxError != nil {
+		return nil, fmt.Errorf("%w: the pre-flight policy could not parse the code, so it does not run: %s. Fix it (a Python syntax error, an unknown coding cookie, a NUL byte) and try again",
+			ErrInvalidRequest, *out.SyntaxError)
 	}
 	return out.Violations, nil
 }

@@ -1,7 +1,16 @@
-# sandpit pre-flight: reads {"code", "modules", "builtins"} as JSON on stdin,
-# parses the code with ast (never runs it) and prints {"violations": [...]}
-# or {"syntax_error": "..."} as JSON on stdout. It runs inside a sandbox.
-import ast, json, sys
+# sandpit pre-flight: reads {"code_b64", "modules", "builtins"} as JSON on
+# stdin, parses the code with ast (never runs it) and prints
+# {"violations": [...]} or {"syntax_error": "..."} as JSON on stdout. It runs
+# inside a sandbox.
+#
+# The code arrives as the exact bytes the interpreter will read, and is
+# parsed as bytes: the interpreter decodes a source file by its PEP 263
+# coding cookie (or BOM), and so must the checker, or
+# "# -*- coding: utf-7 -*-" turns "# +AAo-import socket" into an import the
+# checker never sees. Code that does not parse is reported, never passed:
+# what the checker cannot read it cannot vouch for (a NUL byte, for one,
+# stops the parser but not every way of running the file).
+import ast, base64, json, sys
 
 req = json.load(sys.stdin)
 modules = set(req.get("modules") or [])
@@ -26,9 +35,13 @@ def const_str(node):
 
 
 try:
-    tree = ast.parse(req["code"])
-except (SyntaxError, ValueError) as e:
-    print(json.dumps({"syntax_error": str(e)}))
+    tree = ast.parse(base64.b64decode(req["code_b64"], validate=True))
+except SyntaxError as e:
+    where = f" (line {e.lineno})" if e.lineno else ""
+    print(json.dumps({"syntax_error": f"{e.msg}{where}"}))
+    sys.exit(0)
+except Exception as e:  # ValueError, RecursionError, MemoryError...: unreadable all the same
+    print(json.dumps({"syntax_error": f"{type(e).__name__}: {e}"}))
     sys.exit(0)
 
 for node in ast.walk(tree):

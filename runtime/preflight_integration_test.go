@@ -25,7 +25,14 @@ func TestPreflightPolicy(t *testing.T) {
 		{"submodule", "python", "from os import system, path", []string{"imports os.system"}},
 		{"dynamic import", "python", "m = __import__('socket')", []string{"imports socket", "uses builtin __import__"}},
 		{"builtin by reference", "python", "f = eval\nprint(f('1+1'))", []string{"line 1 uses builtin eval"}},
-		{"syntax error runs and reports itself", "python", "def (:", nil},
+		{"coding cookie runs", "python", "# -*- coding: latin-1 -*-\nprint('ok')\n", nil},
+		// The interpreter decodes the file by its coding cookie, and so must
+		// the checker: in UTF-7, "+AAo-" is a newline that ends the comment.
+		{"utf-7 coding cookie", "python", "# -*- coding: utf-7 -*-\n# +AAo-import socket\nprint('socket' in dir())\n", []string{"imports socket"}},
+		// The parser stops at a NUL byte; running the file may not.
+		{"trailing NUL byte", "python", "import socket\nprint('ran')\n\x00", []string{"could not parse", "null bytes"}},
+		{"unknown coding cookie", "python", "# coding: nosuch\nimport socket\n", []string{"could not parse", "unknown encoding"}},
+		{"syntax error is refused with the parser's message", "python", "def (:", []string{"could not parse", "line 1"}},
 		{"other languages are not checked", "bash", "echo import socket", nil},
 	}
 	for _, tt := range tests {

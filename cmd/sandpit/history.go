@@ -63,6 +63,7 @@ const historyPruneInterval = time.Hour
 func historyConfig(c *cli.Context, cfg *mcp.Config) (cleanup func(), err error) {
 	if logRing != nil {
 		cfg.Logs = logRing
+		cfg.HostPaths = hostPaths(c)
 	}
 	path := c.String("history-db")
 	if path == "" || path == "off" {
