@@ -265,8 +265,14 @@ func withLimits(l Limits) coci.SpecOpts {
 	}
 }
 
+// SigPendingMax bounds the signals a sandbox may have queued.
+const SigPendingMax = 1024
+
 // withRlimits sets per-process limits. RLIMIT_AS is deliberately absent: it
 // breaks runc's own init (the memory cgroup bounds memory instead).
+// RLIMIT_SIGPENDING: queued signals are charged up the user namespace's
+// owner chain to host root's per-user count (as inotify instances were),
+// so the sandbox's share is bounded well below root's (often ~96,000).
 func withRlimits(l Limits) coci.SpecOpts {
 	return func(_ context.Context, _ coci.Client, _ *containers.Container, s *coci.Spec) error {
 		fsize := uint64(l.FileSizeBytes)
@@ -276,6 +282,7 @@ func withRlimits(l Limits) coci.SpecOpts {
 			{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
 			{Type: "RLIMIT_MEMLOCK", Hard: 64 << 10, Soft: 64 << 10},
 			{Type: "RLIMIT_MSGQUEUE", Hard: 0, Soft: 0},
+			{Type: "RLIMIT_SIGPENDING", Hard: SigPendingMax, Soft: SigPendingMax},
 		}
 		return nil
 	}

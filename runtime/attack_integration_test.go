@@ -27,6 +27,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
+	"github.com/sandpit-dev/sandpit/oci"
 	"github.com/sandpit-dev/sandpit/runtime"
 )
 
@@ -695,6 +696,26 @@ os.execv("/bin/sleep", [%q, "6"])
 		t.Errorf("the sandbox holds %d inotify instances, each charged to host root's budget", held)
 	}
 	checkMarkers(t, res, []string{"blocked inotify_init1 EPERM", "blocked inotify_init EPERM"})
+}
+
+// TestAttackSignalQueueBudget: queued signals are charged, like inotify
+// instances, up to host root's per-user count; RLIMIT_SIGPENDING bounds
+// the sandbox's share, and the program cannot raise it.
+func TestAttackSignalQueueBudget(t *testing.T) {
+	r := newRuntime(t)
+	res, err := r.Run(t.Context(), sandpit.Request{Language: "python", Timeout: 30 * time.Second, Code: `import resource
+soft, hard = resource.getrlimit(resource.RLIMIT_SIGPENDING)
+print("sigpending", soft, hard)
+try:
+    resource.setrlimit(resource.RLIMIT_SIGPENDING, (hard * 100, hard * 100))
+    print("UNSAFE raised")
+except (ValueError, OSError) as e:
+    print("blocked raise", type(e).__name__)
+`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMarkers(t, res, []string{fmt.Sprintf("sigpending %d %d", oci.SigPendingMax, oci.SigPendingMax), "blocked raise"})
 }
 
 // TestAttackInfiniteLoop: a loop that never ends is killed at its timeout,
