@@ -12,6 +12,7 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -536,4 +537,98 @@ func TestLifecycleWorkspaceOwnership(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(ws, "data", "in.csv")); string(b) != "a\n1\n2\n" {
 		t.Errorf("in.csv = %q", b)
 	}
+}
+
+// kill -9 at random points of a busy server — pool fill, runs writing files,
+// their merges, file writes, snapshots and restores — then a restart: it
+// answers at once, what the dead server left goes, and the workspace holds
+// no half-done work (no temporary or staging entries, every file whole).
+func TestLifecycleKillAtRandomPoints(t *testing.T) {
+	s := newLifecycleStore(t)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	ws := filepath.Join(s.dir, "workspace")
+	for round := 0; round < 4; round++ {
+		a, _ := s.start(t)
+		ia := a.instanceOf(t)
+		// Some work of every kind, at once.
+		a.runAsync(t, map[string]any{"language": "python", "code": fmt.Sprintf("import os\nos.makedirs('r%d', exist_ok=True)\nfor i in range(200):\n    open(f'r%d/f{i}.txt', 'w').write('x' * 4096)", round, round)})
+		go callNoFail(a.client, "write_file", map[string]any{"path": fmt.Sprintf("w%d.txt", round), "content": strings.Repeat("y", 1<<20)})
+		go func() {
+			res := callNoFail(a.client, "create_state_snapshot", map[string]any{"description": "round"})
+			if id := snapshotID(res); id != "" {
+				callNoFail(a.client, "restore_state_snapshot", map[string]any{"snapshot_id": id})
+			}
+		}()
+		time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
+		a.cmd.Process.Kill()
+		a.waitExit(t, 10*time.Second)
+		before := leftovers(t, s, ia)
+
+		b, took := s.start(t)
+		t.Logf("round %d: killed after a random delay; restart answered in %s", round, took)
+		if took > 30*time.Second {
+			t.Errorf("initialize took %s after a kill", took)
+		}
+		runOK(t, b, "print('alive')")
+		// What the killed server left goes (its name may be b's now).
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			now := map[string]bool{}
+			for _, l := range leftovers(t, s, ia) {
+				now[l] = true
+			}
+			var still []string
+			for _, l := range before {
+				if now[l] && !strings.HasPrefix(l, "instance dir") {
+					still = append(still, l)
+				}
+			}
+			if len(still) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: 60 s after the restart, still left by the killed server: %v", round, still)
+			}
+		}
+		ents, err := os.ReadDir(ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), ".sandpit-") {
+				t.Errorf("round %d: %s left in the workspace", round, e.Name())
+			}
+		}
+		filepath.WalkDir(ws, func(p string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && strings.HasSuffix(p, ".txt") {
+				if fi, _ := d.Info(); fi != nil && fi.Size() != 4096 && fi.Size() != 1<<20 {
+					t.Errorf("round %d: %s is %d bytes: a torn file", round, p, fi.Size())
+				}
+			}
+			return nil
+		})
+		b.stdin.Close()
+		b.waitExit(t, 30*time.Second)
+	}
+}
+
+func callNoFail(c *client.Client, tool string, args map[string]any) *mcpgo.CallToolResult {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var req mcpgo.CallToolRequest
+	req.Params.Name = tool
+	req.Params.Arguments = args
+	res, err := c.CallTool(ctx, req)
+	if err != nil {
+		return nil
+	}
+	return res
+}
+
+func snapshotID(res *mcpgo.CallToolResult) string {
+	if res == nil || res.IsError {
+		return ""
+	}
+	m, _ := res.StructuredContent.(map[string]any)
+	id, _ := m["snapshot_id"].(string)
+	return id
 }
