@@ -96,6 +96,12 @@ func (l Limits) Validate() error {
 type IDMap struct {
 	HostBase uint32
 	Size     uint32
+	// Owner, when set, is the host id the sandbox user (SandboxUID, and
+	// SandboxGID) maps to instead of HostBase+SandboxUID, and the ids below
+	// it map from HostBase+1 on, so that Owner may be HostBase itself. For
+	// rootless mode: inside rootlesskit's namespace, 0 is the user running
+	// sandpit, and files a run writes must be theirs.
+	Owner *uint32
 }
 
 // DefaultIDMap is the host range sandboxes map to: 65536 ids from
@@ -205,12 +211,40 @@ func withUserNamespace(m *IDMap) coci.SpecOpts {
 		if m == nil {
 			return nil
 		}
+		if m.Owner != nil {
+			uids, err := ownerMapping(*m, sandpit.SandboxUID)
+			if err != nil {
+				return err
+			}
+			gids, err := ownerMapping(*m, sandpit.SandboxGID)
+			if err != nil {
+				return err
+			}
+			return coci.WithUserNamespace(uids, gids)(ctx, c, ctr, s)
+		}
 		if m.HostBase == 0 || m.Size < 65536 {
 			return fmt.Errorf("user namespace map must start above host id 0 and cover 65536 ids (got base %d size %d)", m.HostBase, m.Size)
 		}
 		idm := []specs.LinuxIDMapping{{ContainerID: 0, HostID: m.HostBase, Size: m.Size}}
 		return coci.WithUserNamespace(idm, idm)(ctx, c, ctr, s)
 	}
+}
+
+// ownerMapping maps id (the sandbox user) to m.Owner and every other
+// sandbox id to its own host id from m.HostBase+1: 0..id-1 to
+// HostBase+1..HostBase+id, id+1..Size-1 to HostBase+id+1..HostBase+Size-1.
+func ownerMapping(m IDMap, id uint32) ([]specs.LinuxIDMapping, error) {
+	if m.Size < 65536 || id == 0 || id >= m.Size-1 {
+		return nil, fmt.Errorf("user namespace map must cover 65536 ids around the sandbox user %d (got size %d)", id, m.Size)
+	}
+	if o := *m.Owner; o > m.HostBase && o < m.HostBase+m.Size {
+		return nil, fmt.Errorf("user namespace map: the owner id %d is inside the range %d+%d it would also be mapped from", o, m.HostBase, m.Size)
+	}
+	return []specs.LinuxIDMapping{
+		{ContainerID: 0, HostID: m.HostBase + 1, Size: id},
+		{ContainerID: id, HostID: *m.Owner, Size: 1},
+		{ContainerID: id + 1, HostID: m.HostBase + id + 1, Size: m.Size - id - 1},
+	}, nil
 }
 
 // withMounts replaces containerd's default mount list with a tighter one:

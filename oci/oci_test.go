@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	goruntime "runtime"
 	"slices"
 	"strings"
@@ -297,5 +298,35 @@ func TestSeccompNoInotify(t *testing.T) {
 		if allows(p, n, 0) {
 			t.Errorf("%s is allowed", n)
 		}
+	}
+}
+
+func TestOwnerMapping(t *testing.T) {
+	zero := uint32(0)
+	s := mustGenerate(t, WithHardening(Profile{Limits: DefaultLimits(), UserNS: &IDMap{HostBase: 0, Size: 65536, Owner: &zero}, UID: sandpit.SandboxUID, GID: sandpit.SandboxGID}))
+	want := []specs.LinuxIDMapping{
+		{ContainerID: 0, HostID: 1, Size: 1000},
+		{ContainerID: 1000, HostID: 0, Size: 1},
+		{ContainerID: 1001, HostID: 1001, Size: 64535},
+	}
+	if !reflect.DeepEqual(s.Linux.UIDMappings, want) || !reflect.DeepEqual(s.Linux.GIDMappings, want) {
+		t.Errorf("mappings %+v / %+v, want %+v", s.Linux.UIDMappings, s.Linux.GIDMappings, want)
+	}
+	// Every host id is used once: 0..65535.
+	seen := map[uint32]bool{}
+	for _, m := range s.Linux.UIDMappings {
+		for i := uint32(0); i < m.Size; i++ {
+			if seen[m.HostID+i] {
+				t.Fatalf("host id %d mapped twice", m.HostID+i)
+			}
+			seen[m.HostID+i] = true
+		}
+	}
+	if len(seen) != 65536 {
+		t.Errorf("%d host ids mapped, want 65536", len(seen))
+	}
+	bad := uint32(500)
+	if _, err := generate(t, WithHardening(Profile{Limits: DefaultLimits(), UserNS: &IDMap{HostBase: 0, Size: 65536, Owner: &bad}})); err == nil {
+		t.Error("an owner inside the mapped range was accepted")
 	}
 }

@@ -283,6 +283,9 @@ func (r *Runtime) prepareRunDir(id string, lang *LanguageSpec, req sandpit.Reque
 // SandboxOwner is the host uid and gid the sandbox user appears as: files it
 // must be able to write on the host must belong to them.
 func (r *Runtime) SandboxOwner() (uid, gid uint32) {
+	if m := r.cfg.UserNS; m != nil && m.Owner != nil {
+		return *m.Owner, *m.Owner
+	}
 	if m := r.cfg.UserNS; m != nil {
 		return m.HostBase + sandpit.SandboxUID, m.HostBase + sandpit.SandboxGID
 	}

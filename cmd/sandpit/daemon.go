@@ -90,10 +90,17 @@ func runtimeConfig(c *cli.Context, addr string) runtime.Config {
 	cfg.Rootless = c.Bool("rootless") || host.IsRootless()
 	cfg.AllowUnenforcedLimits = c.Bool("allow-unenforced-limits")
 	cfg.Preflight, _ = runtime.ParsePreflightPolicy(c.String("preflight-deny-modules"), c.String("preflight-deny-builtins")) // validated by the flags' Action
-	// Rootless, the daemon's own user namespace (rootlesskit's subuid map)
-	// already maps sandboxes away from host ids; a nested map to the
-	// sandbox range is impossible there.
-	if c.Bool("userns") && !cfg.Rootless {
+	switch {
+	case !c.Bool("userns"):
+	case cfg.Rootless:
+		// Inside rootlesskit's user namespace (0 = the user running sandpit,
+		// 1..65536 = their subordinate ids) sandboxes get a namespace of
+		// their own in which the sandbox user is that user, as podman's
+		// keep-id does: what a run writes in the workspace is theirs on the
+		// host, and everything else maps to subordinate ids.
+		owner := uint32(0)
+		cfg.UserNS = &oci.IDMap{HostBase: 0, Size: 65536, Owner: &owner}
+	default:
 		m := oci.DefaultIDMap()
 		cfg.UserNS = &m
 	}

@@ -268,7 +268,21 @@ except OSError as e:
 		uid := st.Sys().(*syscall.Stat_t).Uid
 		figure(t, "workspace_file_owner_uid", uid)
 		if uid != uint32(os.Getuid()) {
-			t.Logf("out.txt belongs to uid %d, not to the user running sandpit (%d)", uid, os.Getuid())
+			t.Errorf("out.txt belongs to uid %d, not to the user running sandpit (%d)", uid, os.Getuid())
+		}
+		// A file the user already has, changed by a run, stays theirs.
+		if err := os.WriteFile(filepath.Join(ws, "mine.txt"), []byte("1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r = run(t, map[string]any{"language": "python", "code": "open('mine.txt', 'a').write('2\\n')"})
+		if r.Status != "success" {
+			t.Errorf("a run changing the user's file: status %s stderr %q", r.Status, r.Stderr)
+		}
+		if b, _ := os.ReadFile(filepath.Join(ws, "mine.txt")); string(b) != "1\n2\n" {
+			t.Errorf("mine.txt = %q after the run", b)
+		}
+		if st, err := os.Stat(filepath.Join(ws, "mine.txt")); err == nil && st.Sys().(*syscall.Stat_t).Uid != uint32(os.Getuid()) {
+			t.Errorf("mine.txt belongs to uid %d after a run changed it", st.Sys().(*syscall.Stat_t).Uid)
 		}
 	})
 }
