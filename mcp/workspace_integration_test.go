@@ -31,7 +31,7 @@ func realWorkspace(t *testing.T, quota int64) (fixture, *workspace.Workspace) {
 	t.Cleanup(func() { snaps.Close() })
 	uid, gid := rt.SandboxOwner()
 	ws, err := workspace.Open(filepath.Join(dir, "ws"), workspace.Options{
-		StateDir: filepath.Join(dir, "state"), Sandbox: workspace.Owner{UID: uid, GID: gid}, Owner: workspace.Owner{UID: uid, GID: gid},
+		StateDir: filepath.Join(dir, "state"), Sandbox: &workspace.Owner{UID: uid, GID: gid}, Owner: workspace.Owner{UID: uid, GID: gid},
 		Quota: quota, RequireOverlay: true, BeforeRun: snaps.BeforeRun,
 	})
 	if err != nil {

@@ -71,7 +71,7 @@ func workspaceConfig(c *cli.Context, cfg *mcp.Config, sandbox workspace.Owner, v
 	}
 	ws, err := workspace.Open(c.String("workspace"), workspace.Options{
 		StateDir:       viewsDir, // the instance's: no other process touches it
-		Sandbox:        sandbox,
+		Sandbox:        &sandbox,
 		Owner:          owner, // zero: the workspace directory's owner
 		LockDir:        lockDir(),
 		Quota:          quota,
@@ -86,7 +86,7 @@ func workspaceConfig(c *cli.Context, cfg *mcp.Config, sandbox workspace.Owner, v
 	if err := ws.Sweep(c.Context); err != nil {
 		slog.Warn("leftover run views could not all be removed", "err", err)
 	}
-	slog.Info("workspace ready", "dir", ws.Dir(), "owner", ws.Owner(), "quota_bytes", quota, "per_run_overlay", ws.Isolated(), "snapshots", c.String("snapshot-dir"))
+	slog.Info("workspace ready", "dir", ws.Dir(), "owner", ws.Owner(), "sandbox_user", sandbox, "quota_bytes", quota, "per_run_overlay", ws.Isolated(), "snapshots", c.String("snapshot-dir"))
 	cfg.Workspace, cfg.Files, cfg.Snapshots = ws, ws, snaps.For(ws)
 	cfg.Opener = ws // the data tools open workspace files by descriptor
 	return func() { snaps.Close() }, nil

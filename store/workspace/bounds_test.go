@@ -135,7 +135,7 @@ func TestMergeDeepTree(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			needRoot(t)
-			w := newWS(t, Options{Sandbox: sandboxOwner, Owner: sandboxOwner})
+			w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner})
 			v := openRun(t, w, "deep")
 			mustDo(t, os.WriteFile(filepath.Join(v.Dir(), "a_first.txt"), []byte("1"), 0o644))
 			mustDo(t, os.WriteFile(filepath.Join(v.Dir(), "z_last.txt"), []byte("2"), 0o644))
@@ -187,7 +187,7 @@ func TestMergeDeepTree(t *testing.T) {
 // most MaxListed paths in MaxListedBytes, with counts of everything.
 func TestMergeManyFilesBoundedChanges(t *testing.T) {
 	needRoot(t)
-	w := newWS(t, Options{Sandbox: sandboxOwner, Owner: sandboxOwner})
+	w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner})
 	mustDo2(t)(w.Write(t.Context(), "old/keep", []byte("x")))
 	v := openRun(t, w, "many")
 	dir := filepath.Join(v.Dir(), strings.Repeat("p", 200), strings.Repeat("q", 200))
@@ -219,7 +219,7 @@ func TestMergeManyFilesBoundedChanges(t *testing.T) {
 // rest is dropped and counted, not merged (issue 12 item 2).
 func TestMergeCapsFilesPerRun(t *testing.T) {
 	needRoot(t)
-	w := newWS(t, Options{Sandbox: sandboxOwner, Owner: sandboxOwner, MaxFiles: 500})
+	w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner, MaxFiles: 500})
 	v := openRun(t, w, "cap")
 	for i := range 800 {
 		if err := os.WriteFile(filepath.Join(v.Dir(), fmt.Sprintf("f%04d", i)), []byte("x"), 0o644); err != nil {
@@ -242,7 +242,7 @@ func TestMergeCapsFilesPerRun(t *testing.T) {
 // applied (the directory is the workspace's, not a new entry).
 func TestDeletionsPastMaxFiles(t *testing.T) {
 	needRoot(t)
-	w := newWS(t, Options{Sandbox: sandboxOwner, Owner: sandboxOwner, MaxFiles: 10})
+	w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner, MaxFiles: 10})
 	mustDo2(t)(w.Write(t.Context(), "zzz/old.txt", []byte("old")))
 	mustDo2(t)(w.Write(t.Context(), "zzz/keep.txt", []byte("keep")))
 	v := openRun(t, w, "past")
@@ -271,7 +271,7 @@ func TestDeletionsPastMaxFiles(t *testing.T) {
 // holds.
 func TestRunCanDeleteALargeDirectory(t *testing.T) {
 	needRoot(t)
-	w := newWS(t, Options{Sandbox: sandboxOwner, Owner: sandboxOwner, MaxFiles: 1000})
+	w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner, MaxFiles: 1000})
 	big := filepath.Join(w.Dir(), "big")
 	mustDo(t, os.MkdirAll(big, 0o755))
 	mustDo(t, os.Chown(big, int(sandboxOwner.UID), int(sandboxOwner.GID)))
@@ -301,7 +301,7 @@ func TestRunCanDeleteALargeDirectory(t *testing.T) {
 // it was, never half-merged (issue 12 item 6).
 func TestMergeAllOrNothing(t *testing.T) {
 	needRoot(t)
-	w := newWS(t, Options{Sandbox: sandboxOwner, Owner: sandboxOwner})
+	w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner})
 	mustDo2(t)(w.Write(t.Context(), "old.txt", []byte("old")))
 	v := openRun(t, w, "cut")
 	const n = 3000
@@ -349,7 +349,7 @@ func TestMergeAllOrNothing(t *testing.T) {
 // (issue 12 item 6: a merge took 31 s after a 10 s run).
 func TestMergeTimeout(t *testing.T) {
 	needRoot(t)
-	w := newWS(t, Options{Sandbox: sandboxOwner, Owner: sandboxOwner, MergeTimeout: time.Nanosecond})
+	w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner, MergeTimeout: time.Nanosecond})
 	mustDo2(t)(w.Write(t.Context(), "old.txt", []byte("old")))
 	v := openRun(t, w, "slow")
 	mustDo(t, os.WriteFile(filepath.Join(v.Dir(), "new.txt"), []byte("new"), 0o644))
@@ -376,7 +376,7 @@ func TestMergeTimeout(t *testing.T) {
 func TestMergeSparseFiles(t *testing.T) {
 	needRoot(t)
 	const quota = 64 << 20
-	w := newWS(t, Options{Sandbox: sandboxOwner, Owner: sandboxOwner, Quota: quota})
+	w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner, Quota: quota})
 	v := openRun(t, w, "sparse")
 	for i := range 8 {
 		f, err := os.Create(filepath.Join(v.Dir(), fmt.Sprintf("hole%d", i)))
@@ -417,7 +417,7 @@ func mustJSON(v any) string {
 // take it past MaxSize is dropped, and the change list says so.
 func TestRunsRespectMaxSize(t *testing.T) {
 	needRoot(t)
-	w := newWS(t, Options{Sandbox: sandboxOwner, Owner: sandboxOwner, Quota: 1 << 20, MaxSize: 2 << 20})
+	w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner, Quota: 1 << 20, MaxSize: 2 << 20})
 	chunk := make([]byte, 900<<10)
 	dropped := 0
 	for i := range 6 {
@@ -443,7 +443,7 @@ func TestRunsRespectMaxSize(t *testing.T) {
 func TestDroppedPathsLogBounded(t *testing.T) {
 	needRoot(t)
 	ring := logring.New(1000, slog.LevelInfo)
-	w := newWS(t, Options{Sandbox: sandboxOwner, Owner: sandboxOwner, Logger: slog.New(ring.Handler(nil))})
+	w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner, Logger: slog.New(ring.Handler(nil))})
 	v := openRun(t, w, "links")
 	dir := filepath.Join(v.Dir(), strings.Repeat("p", 250), strings.Repeat("q", 250))
 	mustDo(t, os.MkdirAll(dir, 0o755))
@@ -469,7 +469,7 @@ func TestDroppedPathsLogBounded(t *testing.T) {
 // same paths count as modified.
 func TestMergeOpaqueNested(t *testing.T) {
 	needRoot(t)
-	w := newWS(t, Options{Sandbox: sandboxOwner, Owner: sandboxOwner})
+	w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner})
 	for _, p := range []string{"d/sub/old", "d/sub/x", "d/top", "d/gone/deep/f", "keep"} {
 		mustDo2(t)(w.Write(t.Context(), p, []byte("old")))
 	}

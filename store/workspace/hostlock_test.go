@@ -21,7 +21,7 @@ func TestHostLocksAcrossProcesses(t *testing.T) {
 	dir := filepath.Join(base, "ws")
 	locks := filepath.Join(base, "locks")
 	open := func(state string) *Workspace {
-		w, err := Open(dir, Options{StateDir: filepath.Join(base, state), Sandbox: sandboxOwner, Owner: sandboxOwner, LockDir: locks})
+		w, err := Open(dir, Options{StateDir: filepath.Join(base, state), Sandbox: &sandboxOwner, Owner: sandboxOwner, LockDir: locks})
 		if err != nil {
 			t.Fatal(err)
 		}

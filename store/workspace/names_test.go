@@ -29,7 +29,7 @@ func TestWriteDirectoryPathRefused(t *testing.T) {
 // that name was silently lost (review L2). The prefix is now reserved: file
 // tools refuse it and a run's such files do not come back.
 func TestReservedTempNames(t *testing.T) {
-	w := newWS(t, Options{Sandbox: sandboxOwner, Owner: sandboxOwner})
+	w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner})
 	ctx := t.Context()
 	for _, p := range []string{".sandpit-tmp-draft.md", "notes/.sandpit-tmp-x", ".sandpit-tmp-dir/f"} {
 		if _, err := w.Write(ctx, p, []byte("important")); !errors.Is(err, ErrInvalidPath) || !strings.Contains(sandpit.HintOf(err), "reserved") {

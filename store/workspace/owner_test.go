@@ -51,7 +51,7 @@ func TestFilesStayTheWorkspaceOwners(t *testing.T) {
 	for _, p := range []string{dir, filepath.Join(dir, "src"), filepath.Join(dir, "src", "main.py")} {
 		must(t, os.Lchown(p, int(user.UID), int(user.GID)))
 	}
-	w, err := Open(dir, Options{StateDir: filepath.Join(base, "state"), Sandbox: sandbox, RequireOverlay: true})
+	w, err := Open(dir, Options{StateDir: filepath.Join(base, "state"), Sandbox: &sandbox, RequireOverlay: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestOwnerFallsBackWithoutOverlay(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "ws")
 	must(t, os.Mkdir(dir, 0o755))
 	sandbox := Owner{UID: 0x70000000 + 1000, GID: 0x70000000 + 1000}
-	w, err := Open(dir, Options{Sandbox: sandbox}) // no StateDir: runs bind it directly
+	w, err := Open(dir, Options{Sandbox: &sandbox}) // no StateDir: runs bind it directly
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -114,7 +114,7 @@ func mountRun(dir string, w *Workspace, size, inodes int64) (*runMount, error) {
 		upper:  filepath.Join(dir, "changes", "upper"),
 		merged: filepath.Join(dir, "merged"),
 	}
-	lower, owner := w.dir, w.opts.Sandbox
+	lower, owner := w.dir, *w.opts.Sandbox
 	if w.idmap != nil {
 		// The overlay clones its layers' mounts: the idmapped bind can go
 		// as soon as the overlay is mounted.

@@ -39,7 +39,7 @@ func runAs(t testing.TB, o Owner, dir, script string) (string, error) {
 func TestViewWritesBackOnClose(t *testing.T) {
 	needRoot(t)
 	ctx := t.Context()
-	w := newWS(t, Options{Sandbox: sandboxOwner, Owner: sandboxOwner})
+	w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner})
 	if !w.Isolated() {
 		t.Fatal("overlay views unavailable as root")
 	}
@@ -138,7 +138,7 @@ func TestViewQuota(t *testing.T) {
 	needRoot(t)
 	ctx := t.Context()
 	const quota = 4 << 20
-	w := newWS(t, Options{Sandbox: sandboxOwner, Owner: sandboxOwner, Quota: quota})
+	w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner, Quota: quota})
 	mustDo2(t)(w.Write(ctx, "before", []byte("before")))
 	v, err := w.Open(ctx, "quota")
 	if err != nil {
@@ -176,7 +176,7 @@ func TestViewQuota(t *testing.T) {
 func TestViewMergeIsAtomicForReaders(t *testing.T) {
 	needRoot(t)
 	ctx := t.Context()
-	w := newWS(t, Options{Sandbox: sandboxOwner, Owner: sandboxOwner})
+	w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner})
 	old, neu := bytes.Repeat([]byte("o"), 64<<10), bytes.Repeat([]byte("n"), 512<<10)
 	mustDo2(t)(w.Write(ctx, "f", old))
 	for i := range 5 {
@@ -216,7 +216,7 @@ func TestViewMergeIsAtomicForReaders(t *testing.T) {
 func TestSweepRemovesLeftovers(t *testing.T) {
 	needRoot(t)
 	ctx := t.Context()
-	w := newWS(t, Options{Sandbox: sandboxOwner, Owner: sandboxOwner})
+	w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner})
 	mustDo2(t)(w.Write(ctx, "precious", []byte("keep me")))
 	v, err := w.Open(ctx, "crashed")
 	if err != nil {
@@ -246,7 +246,7 @@ func TestSweepRemovesLeftovers(t *testing.T) {
 func TestReplaceRefusedDuringRun(t *testing.T) {
 	needRoot(t)
 	ctx := t.Context()
-	w := newWS(t, Options{Sandbox: sandboxOwner, Owner: sandboxOwner})
+	w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner})
 	v, err := w.Open(ctx, "busy")
 	if err != nil {
 		t.Fatal(err)
@@ -272,7 +272,7 @@ func BenchmarkViewNoChange(b *testing.B) {
 	}{{"sandbox-owned", sandboxOwner}, {"idmapped", Owner{UID: 4242, GID: 4242}}} {
 		b.Run(tc.name, func(b *testing.B) {
 			base := b.TempDir()
-			w, err := Open(filepath.Join(base, "ws"), Options{StateDir: filepath.Join(base, "state"), Sandbox: sandboxOwner, Owner: tc.owner})
+			w, err := Open(filepath.Join(base, "ws"), Options{StateDir: filepath.Join(base, "state"), Sandbox: &sandboxOwner, Owner: tc.owner})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -35,9 +35,11 @@ type Options struct {
 	// runs bind the workspace directly (no quota, no atomic write-back).
 	StateDir string
 	// Sandbox is the host uid/gid the sandbox user appears as (its user
-	// namespace's mapping); zero: DefaultOwner, or the current user when
-	// not root.
-	Sandbox Owner
+	// namespace's mapping); nil: DefaultOwner, or the current user when
+	// not root. A pointer: 0:0 is a real answer (rootless, where the
+	// sandbox user is the user running sandpit, root of rootlesskit's
+	// namespace).
+	Sandbox *Owner
 	// Owner is who owns the workspace's files on the host: every file and
 	// directory sandpit (or a run) writes into it is given to Owner. Zero:
 	// the workspace directory's owner when Open is called. Runs still see
@@ -88,11 +90,12 @@ type Options struct {
 }
 
 func (o *Options) defaults() {
-	if o.Sandbox == (Owner{}) {
-		o.Sandbox = DefaultOwner
+	if o.Sandbox == nil {
+		s := DefaultOwner
 		if os.Geteuid() != 0 { // files are ours whatever we ask
-			o.Sandbox = Owner{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}
+			s = Owner{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}
 		}
+		o.Sandbox = &s
 	}
 	if os.Geteuid() != 0 {
 		o.Owner = Owner{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}
@@ -210,7 +213,7 @@ func Open(dir string, opts Options) (*Workspace, error) {
 		}
 		w.log.Warn("runs bind the workspace directly: no per-run quota, changes are visible while the run writes", "reason", err)
 	}
-	if w.opts.Owner != w.opts.Sandbox {
+	if w.opts.Owner != *w.opts.Sandbox {
 		if !w.overlay {
 			err = errors.New("runs bind the workspace directly")
 		} else {
@@ -220,8 +223,8 @@ func Open(dir string, opts Options) (*Workspace, error) {
 			// Runs must be able to write the files: they become the
 			// sandbox user's, as before idmapped layers.
 			w.log.Warn("workspace files will belong to the sandbox's host uid, not to the workspace's owner",
-				"owner", w.opts.Owner, "sandbox", w.opts.Sandbox, "reason", err)
-			w.opts.Owner = w.opts.Sandbox
+				"owner", w.opts.Owner, "sandbox", *w.opts.Sandbox, "reason", err)
+			w.opts.Owner = *w.opts.Sandbox
 		}
 	}
 	if w.idmap == nil {
@@ -272,7 +275,7 @@ func (w *Workspace) Owner() Owner { return w.opts.Owner }
 // setupIDMap prepares idmapped lower layers (owner's files shown as the
 // sandbox user's) and checks the kernel takes them under an overlay.
 func (w *Workspace) setupIDMap() error {
-	m, err := newIDMap(w.opts.Owner, w.opts.Sandbox)
+	m, err := newIDMap(w.opts.Owner, *w.opts.Sandbox)
 	if err != nil {
 		return err
 	}
