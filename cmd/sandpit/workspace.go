@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -39,7 +40,11 @@ func dataDir() string {
 func workspaceFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "workspace", Value: filepath.Join(dataDir(), "workspace"), Usage: "directory shared by the file tools and every run (mounted at /workspace)", EnvVars: []string{"SANDPIT_WORKSPACE"}},
-		&cli.StringFlag{Name: "workspace-quota", Value: "256MiB", Usage: "most bytes one run may write into the workspace (it gets ENOSPC beyond); they are held in memory until the run ends and count against --memory-mb, so keep it below that; host-side writes are bounded by 4× this"},
+		&cli.StringFlag{Name: "workspace-quota", Value: "256MiB", Usage: "most bytes one run may write into the workspace (it gets ENOSPC beyond); they are held in memory until the run ends and count against --memory-mb, so keep it below that; it also bounds what one run's merge writes to the host (apparent size)"},
+		&cli.StringFlag{Name: "workspace-max-size", Usage: "largest the whole workspace may grow (apparent bytes; write_file refuses past it, a run's merge drops what does not fit; default 4× --workspace-quota)"},
+		&cli.Int64Flag{Name: "workspace-max-files", Value: 100000, Usage: "most entries the whole workspace may hold"},
+		&cli.Int64Flag{Name: "run-max-files", Value: 20000, Usage: "most files and directories one run may bring back into the workspace (the rest is dropped and reported)"},
+		&cli.DurationFlag{Name: "merge-timeout", Value: 30 * time.Second, Usage: "longest the copy of one run's changes into the workspace may take; past it none are applied"},
 		&cli.StringFlag{Name: "snapshot-dir", Value: filepath.Join(dataDir(), "snapshots"), Usage: "content-addressed snapshot store and its index"},
 		&cli.IntFlag{Name: "undo-runs", Value: snapshot.DefaultMaxUndo, Usage: "how many runs undo_last_run can take back"},
 		&cli.StringFlag{Name: "workspace-owner", Usage: "UID:GID that owns the workspace's files on the host (default: the owner of the workspace directory); runs still see them as the sandbox user's (idmapped mounts)"},
@@ -65,19 +70,29 @@ func workspaceConfig(c *cli.Context, cfg *mcp.Config, sandbox workspace.Owner, v
 	if mem := c.Int64("memory-mb") << 20; mem > 0 && quota >= mem {
 		slog.Warn("--workspace-quota is not below --memory-mb: a run writing that much is OOM-killed before it sees ENOSPC", "quota_bytes", quota, "memory_bytes", mem)
 	}
+	var maxSize int64
+	if v := c.String("workspace-max-size"); v != "" {
+		if maxSize, err = parseSize(v); err != nil {
+			return nil, fmt.Errorf("--workspace-max-size: %w", err)
+		}
+	}
 	snaps, err := snapshot.Open(c.String("snapshot-dir"), snapshot.Options{MaxUndo: c.Int("undo-runs"), Logger: slog.Default()})
 	if err != nil {
 		return nil, err
 	}
 	ws, err := workspace.Open(c.String("workspace"), workspace.Options{
-		StateDir:       viewsDir, // the instance's: no other process touches it
-		Sandbox:        &sandbox,
-		Owner:          owner, // zero: the workspace directory's owner
-		LockDir:        lockDir(),
-		Quota:          quota,
-		RequireOverlay: c.Bool("require-workspace-quota"),
-		BeforeRun:      snaps.BeforeRun,
-		Logger:         slog.Default(),
+		StateDir:          viewsDir, // the instance's: no other process touches it
+		Sandbox:           &sandbox,
+		Owner:             owner, // zero: the workspace directory's owner
+		LockDir:           lockDir(),
+		Quota:             quota,
+		MaxSize:           maxSize,
+		MaxWorkspaceFiles: c.Int64("workspace-max-files"),
+		MaxFiles:          c.Int64("run-max-files"),
+		MergeTimeout:      c.Duration("merge-timeout"),
+		RequireOverlay:    c.Bool("require-workspace-quota"),
+		BeforeRun:         snaps.BeforeRun,
+		Logger:            slog.Default(),
 	})
 	if err != nil {
 		snaps.Close()
