@@ -32,13 +32,18 @@ var waiterPy string
 // program's status (128 + the signal that killed it).
 //
 // It also enforces the run's deadline by itself, so that a run dies on time
-// even when its server is gone (killed, crashed): the first line of stdin
-// is the run's limit in microseconds (the server's timeout plus initGrace),
-// read by bash one byte at a time so nothing of the program's stdin is
-// consumed; EOF there means the server went away before sending a request
-// (a pooled sandbox whose server died), and the sandbox ends. At the limit,
-// PID 1 kills every other process of the sandbox; nothing inside can stop
-// that, since signals from inside a pid namespace cannot kill its init.
+// even when its server is gone (killed, crashed). The run's limit, in
+// microseconds (the server's timeout plus initGrace), is the first line of
+// the sandbox's stdin. A cold sandbox (mode "stdin") starts with its
+// request: PID 1 reads that line itself (bash reads one byte at a time, so
+// nothing of the program's stdin is consumed) and then starts the command.
+// A pooled sandbox (mode "pool") must start its waiter ahead of the request,
+// so the waiter reads the line and hands it to PID 1 through a FIFO made at
+// start-up (mkfifo and rm run then, off the request's path). EOF instead of
+// the line means the server went away before sending a request (a pooled
+// sandbox whose server died), and the sandbox ends. At the limit, PID 1
+// kills every other process of the sandbox; nothing inside can stop that,
+// since signals from inside a pid namespace cannot kill its init.
 //
 // PID 1 waits for the program with `wait -n` beside a timer of at most a
 // second, and checks the program is still there before each wait: bash
@@ -52,10 +57,23 @@ var waiterPy string
 // /dev/null.
 const initScript = `set -m
 exec 3>&2 2>/dev/null
-IFS= read -r t || exit 0
+mode=$1
+shift
+if [ "$mode" = pool ]; then
+	f=/tmp/.sandpit-init
+	mkfifo -m 600 "$f" || exit 125
+	"$@" <&0 2>&3 3>&- 4>"$f" &
+	p=$!
+	exec 5<"$f"
+	rm -f "$f"
+	IFS= read -r t <&5 || { wait "$p"; exit $?; }
+	exec 5<&-
+else
+	IFS= read -r t || exit 0
+	"$@" <&0 2>&3 3>&- &
+	p=$!
+fi
 end=$(( ${EPOCHREALTIME/./} + t ))
-"$@" <&0 2>&3 3>&- &
-p=$!
 exec 3>&-
 while :; do
 	if ! kill -0 "$p"; then wait "$p"; exit $?; fi
@@ -74,14 +92,19 @@ done`
 // run: the server normally does it first, and tells a timeout from a kill.
 const initGrace = 2 * time.Second
 
-// initProcess is PID 1 running argv under initScript.
-func initProcess(cwd string, argv ...string) coci.SpecOpts {
-	return oci.WithProcess(cwd, append([]string{"/bin/bash", "-c", initScript, "sandpit-init"}, argv...)...)
+// initProcess is PID 1 running argv under initScript, in mode "stdin" (a
+// cold sandbox: PID 1 reads the deadline line) or "pool".
+func initProcess(cwd, mode string, argv ...string) coci.SpecOpts {
+	return oci.WithProcess(cwd, append([]string{"/bin/bash", "-c", initScript, "sandpit-init", mode}, argv...)...)
 }
 
-// waiterProcess is the first process of a sandbox whose program runs
-// under waiter.py.
-var waiterProcess = initProcess("/tmp", "python3", "-c", waiterPy)
+// waiterProcess is the first process of a pooled sandbox: waiter.py,
+// started ahead of its request, forwards the deadline line to PID 1.
+var waiterProcess = initProcess("/tmp", "pool", "python3", "-c", waiterPy, "pool")
+
+// coldWaiterProcess is that of a cold sandbox whose program runs under
+// waiter.py (C and C++: compile, then run).
+var coldWaiterProcess = initProcess("/tmp", "stdin", "python3", "-c", waiterPy)
 
 // deadlineLine is the first line of an init sandbox's stdin: the
 // microseconds PID 1 allows the run, from now until deadline plus

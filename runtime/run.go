@@ -178,12 +178,12 @@ func (r *Runtime) initRun(ctx context.Context, c *containerd.Client, img contain
 		capBytes = r.cfg.OutputBytes
 	)
 	if direct {
-		process := initProcess(cwd, lang.runArgv(req)...)
+		process := initProcess(cwd, "stdin", lang.runArgv(req)...)
 		stdin, opts = fixedStdin(deadlineLine(deadline), req.Stdin), r.initOpts(dir, process, ws)
 	} else {
 		var header []byte
 		mode, header = initRequest(lang, req, cwd)
-		stdin, opts = fixedStdin(deadlineLine(deadline), header, req.Stdin), r.initOpts(dir, waiterProcess, ws)
+		stdin, opts = fixedStdin(deadlineLine(deadline), header, req.Stdin), r.initOpts(dir, coldWaiterProcess, ws)
 		capBytes += markerBytes
 	}
 	t0 := time.Now()

@@ -1,7 +1,9 @@
-# sandpit's sandbox init. Every run whose image has python3 runs it, under
-# a /bin/sh that stays PID 1 (see initOpts): a pooled sandbox ahead of its
-# request, a cold one with its request. It blocks on stdin for one header
-# line, acknowledges it, then becomes the program:
+# sandpit's waiter. Every pooled run, and every cold run that compiles,
+# runs it under sandpit's init (PID 1, see init.go): a pooled sandbox ahead
+# of its request (argument "pool": it first reads the request's deadline
+# line and hands it to PID 1 on fd 4), a cold one with its request. It
+# blocks on stdin for one header line, acknowledges it, then becomes the
+# program:
 #   "exec":   os.execvp(argv) -- any language;
 #   "build":  compiles (argv up to "--"), then execs the result;
 #   "python": runs argv[0] as __main__ in this already-started interpreter,
@@ -21,6 +23,20 @@ def _sandpit_header():
             break
         b += c
     return [b"" if f == "-" else bytes.fromhex(f) for f in b.decode("ascii").split(" ")]
+if sys.argv[1:] == ["pool"]:
+    # A pooled sandbox: the request's first line is the run's deadline,
+    # for PID 1 (sandpit's init), which waits for it on fd 4.
+    _sandpit_d = bytearray()
+    while True:
+        _sandpit_c = os.read(0, 1)
+        if not _sandpit_c:
+            os._exit(0)  # the server went away before a request came
+        _sandpit_d += _sandpit_c
+        if _sandpit_c == b"\n":
+            break
+    os.write(4, bytes(_sandpit_d))
+    os.close(4)
+    del _sandpit_d, _sandpit_c
 _sandpit_f = _sandpit_header()
 os.chdir(_sandpit_f[1])
 # Acknowledge the request before anything of it runs: a server that does not
