@@ -16,6 +16,11 @@ const (
 	// server is shutting down) and the sandbox was killed; the output and
 	// workspace changes up to then are kept.
 	StatusCancelled Status = "cancelled"
+	// StatusSessionLost: a session call ended its session (the interpreter
+	// ran out of memory, did not stop within the grace after an interrupt,
+	// exited, or the session reached its age limit); what it held is gone.
+	// Result.Session says why and what was lost.
+	StatusSessionLost Status = "session_lost"
 )
 
 // Request is one program to run in a fresh sandbox.
@@ -33,6 +38,17 @@ type Request struct {
 	// Workspace, when set, is mounted read-write at WorkspaceDir and is the
 	// working directory of the run. Its changes are committed when the run ends.
 	Workspace Workspace
+
+	// Session, when set, runs the code in that named session (started on
+	// first use) instead of a fresh sandbox: its interpreter keeps its
+	// state between calls. See session.go.
+	Session string
+	// ID, when set, is the run's id (lowercase letters, digits and '-', at
+	// most 64); otherwise the runner picks one. A caller that must name a
+	// run before it ends (a background run) sets it.
+	ID string
+	// Output, when set, sees the program's output as it is written.
+	Output OutputFunc
 }
 
 // Result is what a run produced and what it cost.
@@ -54,6 +70,12 @@ type Result struct {
 	Usage           Usage         `json:"usage"`
 	Limits          Limits        `json:"limits"`
 	Files           *Changes      `json:"files,omitempty"` // workspace changes, when a workspace was attached
+
+	// Value is the repr of a session call's last expression, when it was
+	// an expression whose value is not None (as a notebook cell shows it).
+	Value          string         `json:"value,omitempty"`
+	ValueTruncated bool           `json:"value_truncated,omitempty"`
+	Session        *SessionResult `json:"session,omitempty"` // a session call's session
 }
 
 // Usage is measured from the sandbox's cgroup before it is deleted.

@@ -17,6 +17,11 @@ type cappedBuffer struct {
 	max   int64
 	buf   []byte
 	total int64
+	// watch, when set, also sees every write (live output); sink, when set,
+	// takes every write instead of the buffer (a session's demultiplexer).
+	// Both are set before the program can write (see watchOutput).
+	watch func([]byte)
+	sink  interface{ Write([]byte) (int, error) }
 }
 
 func newCappedBuffer(max int64) *cappedBuffer {
@@ -25,12 +30,35 @@ func newCappedBuffer(max int64) *cappedBuffer {
 
 func (b *cappedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	if sink := b.sink; sink != nil {
+		b.mu.Unlock()
+		sink.Write(p)
+		return len(p), nil
+	}
 	b.total += int64(len(p))
 	if room := b.max - int64(len(b.buf)); room > 0 {
 		b.buf = append(b.buf, p[:min(int64(len(p)), room)]...)
 	}
+	watch := b.watch
+	b.mu.Unlock()
+	if watch != nil {
+		watch(p)
+	}
 	return len(p), nil
+}
+
+// setWatch makes fn see every later write.
+func (b *cappedBuffer) setWatch(fn func([]byte)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.watch = fn
+}
+
+// divert sends every later write to w instead of the buffer.
+func (b *cappedBuffer) divert(w interface{ Write([]byte) (int, error) }) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.sink = w
 }
 
 // TruncationMarker ends output that was cut at the cap.

@@ -370,6 +370,7 @@ func (r *Runtime) runWarm(ctx context.Context, w *warm, lang *LanguageSpec, req 
 		return nil, fmt.Errorf("run cancelled before it started: %w", err)
 	}
 	mode, header := initRequest(lang, req, cwd)
+	watchOutput(w.sb, req.Output, mode)
 	w.sb.stdin.send(deadlineLine(deadline), header, req.Stdin)
 	out, err := r.await(ctx, w.sb, deadline)
 	if err != nil {

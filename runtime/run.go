@@ -30,6 +30,9 @@ import (
 // (ErrInvalidRequest, ErrUnknownLanguage) or the host could not run it
 // (ErrUnavailable, ErrImageMissing, or an internal failure).
 func (r *Runtime) Run(ctx context.Context, req sandpit.Request) (*sandpit.Result, error) {
+	if req.Session != "" {
+		return r.runSession(ctx, req)
+	}
 	lang, err := r.Lookup(req.Language)
 	if err != nil {
 		return nil, err
@@ -58,7 +61,10 @@ func (r *Runtime) Run(ctx context.Context, req sandpit.Request) (*sandpit.Result
 		return nil, err
 	}
 
-	id := newRunID()
+	id := req.ID
+	if id == "" {
+		id = newRunID()
+	}
 	started := time.Now()
 	res := &sandpit.Result{ID: id, Language: lang.Name, Started: started.UTC(), Limits: r.Limits(timeout)}
 
@@ -193,6 +199,7 @@ func (r *Runtime) initRun(ctx context.Context, c *containerd.Client, img contain
 	}
 	*made = append(*made, sb)
 	tCreate := time.Since(t0)
+	watchOutput(sb, req.Output, mode)
 	if err := r.start(ctx, sb); err != nil {
 		return nil, err
 	}
@@ -231,6 +238,8 @@ func (r *Runtime) validate(req sandpit.Request) error {
 		return fmt.Errorf("%w: path %q needs a workspace", ErrInvalidRequest, req.Path)
 	case req.Path != "" && (path.IsAbs(req.Path) || strings.Contains(req.Path, "\x00") || !filepath.IsLocal(req.Path)):
 		return fmt.Errorf("%w: path %q must be relative and inside the workspace", ErrInvalidRequest, req.Path)
+	case req.ID != "" && !validRunID.MatchString(req.ID):
+		return fmt.Errorf("%w: run id %q: use 1 to 64 lowercase letters, digits or '-'", ErrInvalidRequest, req.ID)
 	}
 	return nil
 }
@@ -318,6 +327,9 @@ func (r *Runtime) steps(ctx context.Context, c *containerd.Client, img container
 			return nil, err
 		}
 		*made = append(*made, sb)
+		if cid == id {
+			watchOutput(sb, req.Output, "") // the program's step, not the compiler's
+		}
 		tCreate := time.Since(t0)
 		if err := r.start(ctx, sb); err != nil {
 			return nil, err

@@ -61,6 +61,8 @@ type Config struct {
 	OutputBytes int64 // cap per stream
 	// Pool keeps sandboxes started ahead of requests (see pool.go).
 	Pool PoolConfig
+	// Sessions bounds the sandboxes that outlive a call (see session.go).
+	Sessions SessionConfig
 	// NoInit runs each program as its sandbox's first process (PID 1)
 	// instead of under a shell that runs waiter.py, and so without a pool.
 	// Images without python3 always run that way. For comparisons only: a
@@ -146,6 +148,7 @@ type Runtime struct {
 	deleg     *delegation      // rootless only: where sandbox cgroups go (rootless.go)
 	pools     map[string]*pool // by image
 	pooled    map[string]*pool // by language name
+	sess      *sessions
 }
 
 // New validates the configuration. It does not connect: containerd may come
@@ -154,6 +157,9 @@ func New(cfg Config) (*Runtime, error) {
 	cfg.Defaults()
 	if err := cfg.Limits.Validate(); err != nil {
 		return nil, fmt.Errorf("limits: %w", err)
+	}
+	if err := cfg.Sessions.Validate(); err != nil {
+		return nil, fmt.Errorf("sessions: %w", err)
 	}
 	if len(cfg.Languages) == 0 {
 		return nil, errors.New("no languages configured (use DefaultLanguages with the image ref)")
@@ -170,6 +176,7 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
 	r.startPools()
+	r.sess = newSessions(r, cfg.Sessions)
 	return r, nil
 }
 
@@ -183,6 +190,7 @@ func (r *Runtime) Settle() { r.bg.Wait() }
 // Close waits for background cleanup and releases the containerd connection.
 func (r *Runtime) Close() error {
 	r.closeOnce.Do(func() { close(r.closing) })
+	r.sess.closeAll()
 	for _, p := range r.pools {
 		p.close()
 	}

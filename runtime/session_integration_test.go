@@ -1,0 +1,175 @@
+package runtime_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/runtime"
+)
+
+func withSessions(sc runtime.SessionConfig) func(*runtime.Config) {
+	return func(c *runtime.Config) { c.Sessions = sc }
+}
+
+func sessionRun(t *testing.T, r *runtime.Runtime, session, code string, timeout time.Duration) *sandpit.Result {
+	t.Helper()
+	if timeout == 0 {
+		timeout = time.Minute
+	}
+	res, err := r.Run(t.Context(), sandpit.Request{Language: "python", Session: session, Code: code, Timeout: timeout})
+	if err != nil {
+		t.Fatalf("session %s: %v", session, err)
+	}
+	return res
+}
+
+// A session keeps its namespace between calls, returns the last
+// expression's value like a notebook cell, and reports errors without
+// losing its state.
+func TestSessionKeepsState(t *testing.T) {
+	r := newRuntime(t, withPool(1, time.Minute))
+	res := sessionRun(t, r, "a", "x = 41\nimport json", 0)
+	if res.Status != sandpit.StatusSuccess || !res.Session.New || res.Session.Call != 1 || res.Value != "" {
+		t.Fatalf("first call: %+v session %+v", res, res.Session)
+	}
+	res = sessionRun(t, r, "a", "x += 1\nprint('x is', x)\njson.dumps({'x': x})", 0)
+	if res.Status != sandpit.StatusSuccess || res.Stdout != "x is 42\n" || res.Value != `'{"x": 42}'` || res.Session.New || res.Session.Call != 2 {
+		t.Fatalf("second call: status %s stdout %q value %q session %+v stderr %q", res.Status, res.Stdout, res.Value, res.Session, res.Stderr)
+	}
+	res = sessionRun(t, r, "a", "def f():\n    return undefined_name\nf()", 0)
+	if res.Status != sandpit.StatusError || !strings.Contains(res.Stderr, "NameError") || !strings.Contains(res.Stderr, "line 2, in f") || strings.Contains(res.Stderr, "sandpit_session") {
+		t.Fatalf("error call: status %s stderr %q", res.Status, res.Stderr)
+	}
+	res = sessionRun(t, r, "a", "x", 0)
+	if res.Status != sandpit.StatusSuccess || res.Value != "42" || res.Session.Call != 4 {
+		t.Fatalf("after an error: status %s value %q", res.Status, res.Value)
+	}
+	infos := r.Sessions()
+	if len(infos) != 1 || infos[0].Name != "a" || infos[0].Calls != 4 || infos[0].MemoryBytes == 0 || !strings.Contains(strings.Join(infos[0].Names, " "), "x") {
+		t.Fatalf("Sessions: %+v", infos)
+	}
+	t.Logf("idle session memory: %d KiB", infos[0].MemoryBytes>>10)
+	if _, err := r.CloseSession(t.Context(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	res = sessionRun(t, r, "a", "'x' in globals()", 0)
+	if !res.Session.New || res.Value != "False" || !strings.Contains(res.Session.Previous, "closed") {
+		t.Fatalf("after close: value %q session %+v", res.Value, res.Session)
+	}
+}
+
+// Two sessions are two sandboxes: neither sees the other's variables or
+// /tmp.
+func TestSessionIsolation(t *testing.T) {
+	r := newRuntime(t)
+	sessionRun(t, r, "one", "secret = 'one'\nopen('/tmp/mark', 'w').write('one')", 0)
+	res := sessionRun(t, r, "two", "import os\n('secret' in globals(), os.path.exists('/tmp/mark'))", 0)
+	if res.Value != "(False, False)" {
+		t.Fatalf("session two sees session one: %q %q", res.Value, res.Stderr)
+	}
+}
+
+// A call past its timeout is interrupted (KeyboardInterrupt) and the
+// session lives on; one that ignores the interrupt loses its session.
+func TestSessionTimeout(t *testing.T) {
+	r := newRuntime(t, withSessions(runtime.SessionConfig{Grace: time.Second}))
+	sessionRun(t, r, "t", "kept = 1", 0)
+	res := sessionRun(t, r, "t", "import time\nprint('before', flush=True)\ntime.sleep(60)", 2*time.Second)
+	if res.Status != sandpit.StatusTimeout || !strings.Contains(res.Stderr, "KeyboardInterrupt") || res.Stdout != "before\n" {
+		t.Fatalf("timeout: status %s stdout %q stderr %q", res.Status, res.Stdout, res.Stderr)
+	}
+	if res := sessionRun(t, r, "t", "kept", 0); res.Value != "1" || res.Session.New {
+		t.Fatalf("after the interrupt: %q %+v", res.Value, res.Session)
+	}
+	res = sessionRun(t, r, "t", "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)", 2*time.Second)
+	if res.Status != sandpit.StatusSessionLost || !res.Session.Lost || !strings.Contains(res.Session.LostReason, "did not stop") || !contains(res.Session.LostNames, "kept") {
+		t.Fatalf("ignored interrupt: status %s session %+v", res.Status, res.Session)
+	}
+	if res := sessionRun(t, r, "t", "'kept' in globals()", 0); res.Value != "False" || !res.Session.New {
+		t.Fatalf("after the loss: %q %+v", res.Value, res.Session)
+	}
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// A session whose interpreter runs out of memory is lost, and says so.
+func TestSessionOOM(t *testing.T) {
+	r := newRuntime(t, func(c *runtime.Config) { c.Limits.MemoryBytes = 128 << 20 })
+	sessionRun(t, r, "m", "data = list(range(10))", 0)
+	res := sessionRun(t, r, "m", "x = []\nwhile True: x.append(bytearray(16 << 20))", 0)
+	if res.Status != sandpit.StatusSessionLost || !res.Usage.OOMKilled || !strings.Contains(res.Session.LostReason, "ran out of memory") || !contains(res.Session.LostNames, "data") {
+		t.Fatalf("oom: status %s usage %+v session %+v stderr %q", res.Status, res.Usage, res.Session, res.Stderr)
+	}
+}
+
+// An idle session ends by itself.
+func TestSessionIdleExpiry(t *testing.T) {
+	r := newRuntime(t, withSessions(runtime.SessionConfig{Idle: time.Second}))
+	sessionRun(t, r, "i", "v = 1", 0)
+	deadline := time.Now().Add(30 * time.Second)
+	for len(r.Sessions()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := len(r.Sessions()); n != 0 {
+		t.Fatalf("%d sessions still open", n)
+	}
+	res := sessionRun(t, r, "i", "'v' in globals()", 0)
+	if res.Value != "False" || !strings.Contains(res.Session.Previous, "idle") {
+		t.Fatalf("after expiry: %q %+v", res.Value, res.Session)
+	}
+}
+
+// Cancelling a session call interrupts it; the session lives on. Its
+// output is seen live.
+func TestSessionCancelAndLiveOutput(t *testing.T) {
+	r := newRuntime(t)
+	sessionRun(t, r, "c", "n = 0", 0)
+	ctx, cancel := context.WithCancel(t.Context())
+	var mu sync.Mutex
+	var live strings.Builder
+	got := make(chan struct{})
+	var once sync.Once
+	req := sandpit.Request{Language: "python", Session: "c", Timeout: time.Minute,
+		Code: "import time\nfor i in range(1000):\n    n += 1\n    print('tick', i)\n    time.sleep(0.1)",
+		Output: func(s sandpit.Stream, p []byte) {
+			mu.Lock()
+			live.Write(p)
+			mu.Unlock()
+			once.Do(func() { close(got) })
+		}}
+	var res *sandpit.Result
+	var err error
+	done := make(chan struct{})
+	go func() { res, err = r.Run(ctx, req); close(done) }()
+	select {
+	case <-got:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no live output")
+	}
+	t0 := time.Now()
+	cancel()
+	<-done
+	t.Logf("cancel to result: %s", time.Since(t0))
+	if err != nil || res.Status != sandpit.StatusCancelled {
+		t.Fatalf("cancelled call: %v %+v", err, res)
+	}
+	mu.Lock()
+	if !strings.HasPrefix(res.Stdout, "tick 0\n") || !strings.HasPrefix(live.String(), "tick 0\n") {
+		t.Errorf("stdout %q, live %q", res.Stdout, live.String())
+	}
+	mu.Unlock()
+	if res := sessionRun(t, r, "c", "n > 0", 0); res.Value != "True" {
+		t.Fatalf("after cancel: %q %q", res.Value, res.Stderr)
+	}
+}
