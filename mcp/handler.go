@@ -38,7 +38,7 @@ func handle[A any](cfg Config, tool mcpgo.Tool, fn func(ctx context.Context, a A
 		if err := req.BindArguments(&a); err != nil {
 			return toolError(cfg.Logger, tool.Name, argErrorf("arguments do not decode: %v", err)), nil
 		}
-		out, text, err := fn(ctx, a)
+		out, text, err := fn(withProgressToken(ctx, req), a)
 		if err != nil {
 			return toolError(cfg.Logger, tool.Name, err), nil
 		}

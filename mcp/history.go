@@ -91,6 +91,7 @@ func historyRun(req sandpit.Request, res *sandpit.Result) history.Run {
 // statuses are the values status filters accept.
 var statuses = []sandpit.Status{
 	sandpit.StatusSuccess, sandpit.StatusError, sandpit.StatusTimeout, sandpit.StatusOOM, sandpit.StatusCompileError, sandpit.StatusCancelled,
+	sandpit.StatusSessionLost,
 }
 
 func statusNames() string {
@@ -106,7 +107,7 @@ type HistoryArgs struct {
 	Limit    int    `json:"limit,omitempty" jsonschema:"how many runs to return, newest first (default 20, at most 100)"`
 	Offset   int    `json:"offset,omitempty" jsonschema:"skip this many matching runs (use offset or before, not both)"`
 	Before   string `json:"before,omitempty" jsonschema:"only runs older than this: a run id (the next_before of a previous page) or an ISO-8601 time"`
-	Status   string `json:"status,omitempty" jsonschema:"only runs with this status: success, error, timeout, oom or compile_error"`
+	Status   string `json:"status,omitempty" jsonschema:"only runs with this status: success, error, timeout, oom, compile_error, cancelled or session_lost"`
 	Language string `json:"language,omitempty" jsonschema:"only runs in this language"`
 }
 
@@ -149,6 +150,11 @@ type RunRecord struct {
 	StderrHead      string           `json:"stderr_head" jsonschema:"the first KiB of stderr"`
 	Files           *sandpit.Changes `json:"files,omitempty" jsonschema:"workspace files the run created, modified or deleted"`
 	Limits          *sandpit.Limits  `json:"limits,omitempty" jsonschema:"the limits the run ran under"`
+	// Only while the run is in flight (status running):
+	StdoutTail string `json:"stdout_tail,omitempty" jsonschema:"while running: the last 4 KiB of stdout so far, when there is more than the head"`
+	StderrTail string `json:"stderr_tail,omitempty" jsonschema:"while running: the last 4 KiB of stderr so far"`
+	Session    string `json:"session,omitempty" jsonschema:"while running: the session it runs in"`
+	Background bool   `json:"background,omitempty" jsonschema:"while running: it was started with background"`
 }
 
 const maxHistoryPage = 100
@@ -281,7 +287,7 @@ type GetRunArgs struct {
 
 func getRunTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	tool := mcpgo.NewTool("get_run",
-		mcpgo.WithDescription("Return one past run in full: its complete code, status, exit code, usage (CPU, peak memory, pids), limits, the first KiB of stdout and stderr, and the workspace files it changed."),
+		mcpgo.WithDescription("Return one run in full: its complete code, status, exit code, usage (CPU, peak memory, pids), limits, the first KiB of stdout and stderr, and the workspace files it changed. A run still in flight (a background run) has status running and its output so far."),
 		mcpgo.WithInputSchema[GetRunArgs](),
 		nonBlank("id"),
 		mcpgo.WithOutputSchema[RunRecord](),
@@ -289,6 +295,10 @@ func getRunTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
 	handler := handle(cfg, tool, func(ctx context.Context, a GetRunArgs) (any, string, error) {
+		if l := cfg.Runs.get(a.ID); l != nil {
+			out := l.record()
+			return out, formatLive(out), nil
+		}
 		r, err := getRun(ctx, cfg.History, a.ID)
 		if err != nil {
 			return nil, "", err
@@ -342,7 +352,55 @@ func addObservability(s *server.MCPServer, cfg Config) {
 	if cfg.History != nil {
 		s.AddTool(historyTool(cfg))
 		s.AddTool(getRunTool(cfg))
+		if cfg.Runner != nil {
+			s.AddTool(cancelRunTool(cfg))
+		}
 	}
 	addResources(s, cfg)
 	addPrompts(s, cfg)
+}
+
+// CancelRunArgs are cancel_run's arguments.
+type CancelRunArgs struct {
+	ID string `json:"id" jsonschema:"the run's id, as run_code (background or not) returned it"`
+}
+
+// cancelWait is how long cancel_run waits for the run's result.
+const cancelWait = 10 * time.Second
+
+func cancelRunTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
+	tool := mcpgo.NewTool("cancel_run",
+		mcpgo.WithDescription("Stop a run in flight (a background run, or another call's run): its sandbox is killed (a session call is interrupted instead) and it is recorded as cancelled with its output so far; its workspace changes are applied. Returns the run as get_run would."),
+		mcpgo.WithInputSchema[CancelRunArgs](),
+		nonBlank("id"),
+		mcpgo.WithOutputSchema[RunRecord](),
+		mcpgo.WithDestructiveHintAnnotation(true),
+		mcpgo.WithOpenWorldHintAnnotation(false),
+	)
+	return tool, handle(cfg, tool, func(ctx context.Context, a CancelRunArgs) (any, string, error) {
+		l, err := cfg.Runs.cancelRun(ctx, a.ID, cancelWait)
+		if err != nil {
+			return nil, "", err
+		}
+		if l == nil {
+			r, err := getRun(ctx, cfg.History, a.ID)
+			if err != nil {
+				return nil, "", err
+			}
+			out := record(r)
+			return out, "run " + out.ID + " had already ended (" + out.Status + "); nothing to cancel\n" + formatRecord(out), nil
+		}
+		select {
+		case <-l.done:
+		default:
+			out := l.record()
+			return out, "run " + out.ID + " was told to stop but has not ended yet\n" + formatLive(out), nil
+		}
+		r, err := getRun(ctx, cfg.History, a.ID)
+		if err != nil {
+			return nil, "", err
+		}
+		out := record(r)
+		return out, formatRecord(out), nil
+	})
 }

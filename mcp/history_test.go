@@ -93,6 +93,12 @@ type fixture struct {
 
 func newFixture(t *testing.T, mutate func(*Config)) fixture {
 	t.Helper()
+	return newFixtureProto(t, mcpgo.LATEST_PROTOCOL_VERSION, mutate)
+}
+
+// newFixtureProto is newFixture with a client of protocol version proto.
+func newFixtureProto(t *testing.T, proto string, mutate func(*Config)) fixture {
+	t.Helper()
 	db, err := history.Open(t.Context(), filepath.Join(t.TempDir(), "history.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +129,7 @@ func newFixture(t *testing.T, mutate func(*Config)) fixture {
 		t.Fatal(err)
 	}
 	init := mcpgo.InitializeRequest{}
-	init.Params.ProtocolVersion = mcpgo.LATEST_PROTOCOL_VERSION
+	init.Params.ProtocolVersion = proto
 	init.Params.ClientInfo = mcpgo.Implementation{Name: "test", Version: "1"}
 	if _, err := c.Initialize(t.Context(), init); err != nil {
 		t.Fatal(err)

@@ -149,6 +149,16 @@ type MetricsResult struct {
 	Server     ServerMetrics         `json:"server"`
 	Host       HostMetrics           `json:"host"`
 	Containerd *sandpit.HealthReport `json:"containerd,omitempty" jsonschema:"containerd reachability, version and image status"`
+	Sessions   *SessionMetrics       `json:"sessions,omitempty" jsonschema:"open sessions with their memory and CPU; absent when sessions are off"`
+}
+
+// SessionMetrics summarises the open sessions.
+type SessionMetrics struct {
+	Open        int                   `json:"open"`
+	Max         int                   `json:"max"`
+	MemoryBytes uint64                `json:"memory_bytes" jsonschema:"memory the open sessions' sandboxes hold now, together"`
+	Background  int                   `json:"background_runs" jsonschema:"background runs in flight"`
+	List        []sandpit.SessionInfo `json:"list"`
 }
 
 // RunMetrics counts runs since the server started.
@@ -234,7 +244,7 @@ func (m *metrics) historySnapshot() *HistoryMetrics {
 
 func metricsTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	tool := mcpgo.NewTool("get_sandbox_metrics",
-		mcpgo.WithDescription("Report what this sandbox server has done and how it is doing: runs by status and language, run latency percentiles, runs in flight, rejected requests, OOMs and timeouts; the server's memory and CPU; the host's load and free memory; whether containerd is reachable, its version, and whether the language images are present."),
+		mcpgo.WithDescription("Report what this sandbox server has done and how it is doing: runs by status and language, run latency percentiles, runs in flight, rejected requests, OOMs and timeouts; open sessions with their memory and CPU; the server's memory and CPU; the host's load and free memory; whether containerd is reachable, its version, and whether the language images are present."),
 		mcpgo.WithOutputSchema[MetricsResult](),
 		mcpgo.WithReadOnlyHintAnnotation(true),
 		mcpgo.WithOpenWorldHintAnnotation(false),
@@ -247,6 +257,17 @@ func metricsTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		}
 		if cfg.History != nil {
 			out.History = cfg.metrics.historySnapshot()
+		}
+		if cfg.Sessions != nil {
+			list := cfg.Sessions.Sessions()
+			sm := &SessionMetrics{Open: len(list), Max: cfg.SessionLimits.Max, List: list}
+			for _, s := range list {
+				sm.MemoryBytes += s.MemoryBytes
+			}
+			cfg.Runs.mu.Lock()
+			sm.Background = cfg.Runs.background
+			cfg.Runs.mu.Unlock()
+			out.Sessions = sm
 		}
 		if cfg.Health != nil {
 			hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -275,6 +296,12 @@ func formatMetrics(m MetricsResult) string {
 	h := m.Host
 	fmt.Fprintf(&b, "host: %d cpus, load %.2f %.2f %.2f, memory %d MiB available of %d MiB\n",
 		h.CPUs, h.Load1, h.Load5, h.Load15, h.MemAvailableBytes>>20, h.MemTotalBytes>>20)
+	if sm := m.Sessions; sm != nil {
+		fmt.Fprintf(&b, "sessions: %d open of at most %d, %d MiB together; %d background runs\n", sm.Open, sm.Max, sm.MemoryBytes>>20, sm.Background)
+		for _, s := range sm.List {
+			fmt.Fprintf(&b, "session %s: %s, %d calls, memory %d MiB (peak %d MiB), cpu %d ms\n", s.Name, s.Language, s.Calls, s.MemoryBytes>>20, s.MemoryPeakBytes>>20, s.CPUUserMS+s.CPUSystemMS)
+		}
+	}
 	if c := m.Containerd; c != nil {
 		if c.Reachable {
 			fmt.Fprintf(&b, "containerd: reachable at %s, version %s, runtime %s, rootless %t, user namespace %t\n",

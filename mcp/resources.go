@@ -111,9 +111,12 @@ func addResources(s *server.MCPServer, cfg Config) {
 	}
 	if cfg.History != nil {
 		s.AddResourceTemplate(mcpgo.NewResourceTemplate("sandbox://runs/{id}", "run",
-			mcpgo.WithTemplateDescription("One past run in full, as get_run returns it: code, status, usage, limits, output heads, workspace changes."),
+			mcpgo.WithTemplateDescription("One run in full, as get_run returns it: code, status, usage, limits, output heads, workspace changes; while it runs, status running and its output so far. Subscribe to be notified (notifications/resources/updated) when it ends."),
 			mcpgo.WithTemplateMIMEType("application/json"),
 		), func(ctx context.Context, req mcpgo.ReadResourceRequest) ([]mcpgo.ResourceContents, error) {
+			if l := cfg.Runs.get(templateArg(req, "id")); l != nil {
+				return jsonContents(req.Params.URI, l.record())
+			}
 			r, err := getRun(ctx, cfg.History, templateArg(req, "id"))
 			if err != nil {
 				return nil, err

@@ -21,24 +21,30 @@ type RunCodeArgs struct {
 	Args           []string `json:"args,omitempty" jsonschema:"command-line arguments passed to the program"`
 	Stdin          string   `json:"stdin,omitempty" jsonschema:"text given to the program's standard input"`
 	TimeoutSeconds float64  `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds (the default and the ceiling are in this tool's description)"`
+	Session        string   `json:"session,omitempty" jsonschema:"run in this named session (python): its variables, imports and loaded data stay for the next call that names it; started on first use. Without it every run starts fresh"`
+	Background     bool     `json:"background,omitempty" jsonschema:"return the run's id at once and run it in the background; get_run(id) shows its output so far and its result, cancel_run(id) stops it"`
 }
 
 // RunCodeResult is run_code's structured output.
 type RunCodeResult struct {
-	ID              string           `json:"id" jsonschema:"identifier of this run"`
-	Status          sandpit.Status   `json:"status" jsonschema:"success, error, timeout, oom or compile_error"`
-	ExitCode        int              `json:"exit_code" jsonschema:"the program's exit code (128+signal when killed)"`
-	Stdout          string           `json:"stdout"`
-	Stderr          string           `json:"stderr"`
-	StdoutTruncated bool             `json:"stdout_truncated"`
-	StderrTruncated bool             `json:"stderr_truncated"`
-	StdoutBytes     int64            `json:"stdout_bytes" jsonschema:"bytes the program wrote to stdout, including any cut off"`
-	StderrBytes     int64            `json:"stderr_bytes" jsonschema:"bytes the program wrote to stderr, including any cut off"`
-	DurationMS      int64            `json:"duration_ms"`
-	Language        string           `json:"language"`
-	Usage           sandpit.Usage    `json:"usage"`
-	Limits          sandpit.Limits   `json:"limits"`
-	Files           *sandpit.Changes `json:"files,omitempty" jsonschema:"workspace files the run created, modified or deleted"`
+	ID              string                 `json:"id" jsonschema:"identifier of this run"`
+	Status          sandpit.Status         `json:"status" jsonschema:"success, error, timeout, oom, compile_error, cancelled, session_lost, or running (a background run)"`
+	ExitCode        int                    `json:"exit_code" jsonschema:"the program's exit code (128+signal when killed)"`
+	Stdout          string                 `json:"stdout"`
+	Stderr          string                 `json:"stderr"`
+	StdoutTruncated bool                   `json:"stdout_truncated"`
+	StderrTruncated bool                   `json:"stderr_truncated"`
+	StdoutBytes     int64                  `json:"stdout_bytes" jsonschema:"bytes the program wrote to stdout, including any cut off"`
+	StderrBytes     int64                  `json:"stderr_bytes" jsonschema:"bytes the program wrote to stderr, including any cut off"`
+	DurationMS      int64                  `json:"duration_ms"`
+	Language        string                 `json:"language"`
+	Usage           sandpit.Usage          `json:"usage"`
+	Limits          sandpit.Limits         `json:"limits"`
+	Files           *sandpit.Changes       `json:"files,omitempty" jsonschema:"workspace files the run created, modified or deleted"`
+	Value           string                 `json:"value,omitempty" jsonschema:"a session call's last expression, as repr() shows it (when not None)"`
+	ValueTruncated  bool                   `json:"value_truncated,omitempty"`
+	Session         *sandpit.SessionResult `json:"session,omitempty" jsonschema:"the session a session call ran in; lost says it ended and why"`
+	Background      bool                   `json:"background,omitempty" jsonschema:"the run goes on in the background: status is running; get_run(id) has the rest"`
 }
 
 func runCodeTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
@@ -50,8 +56,8 @@ func runCodeTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		mcpgo.WithDescription(fmt.Sprintf(
 			"Run a %s program in a fresh, isolated container (no network, read-only system files, bounded CPU/memory/processes/time/output) and return its stdout, stderr, exit code and status. "+
 				"C and C++ are compiled first; a compiler failure is status compile_error. Timeout defaults to %s, at most %s. "+
-				"Images the run writes into the workspace (PNG, JPEG, GIF, WebP; matplotlib's plt.show() saves figure-N.png) come back as image content, other files it writes as resource links.",
-			strings.Join(langs, ", "), cfg.DefaultTimeout, cfg.MaxTimeout)),
+				"Images the run writes into the workspace (PNG, JPEG, GIF, WebP; matplotlib's plt.show() saves figure-N.png) come back as image content, other files it writes as resource links.%s%s",
+			strings.Join(langs, ", "), cfg.DefaultTimeout, cfg.MaxTimeout, cfg.sessionHelp(), cfg.backgroundHelp())),
 		mcpgo.WithInputSchema[RunCodeArgs](),
 		nonBlank("language"),
 		mcpgo.WithOutputSchema[RunCodeResult](),
@@ -64,7 +70,20 @@ func runCodeTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 			cfg.metrics.reject()
 			return nil, "", err
 		}
-		res, err := cfg.Runner.Run(ctx, req)
+		if args.Background {
+			if !cfg.backgroundOK() {
+				cfg.metrics.reject()
+				return nil, "", argErrorf("background runs are off on this server: run without background")
+			}
+			id, err := cfg.Runs.runBackground(cfg.Runner, req)
+			if err != nil {
+				return nil, "", err
+			}
+			out := RunCodeResult{ID: id, Status: "running", Language: req.Language, Background: true, Limits: sandpit.Limits{TimeoutSeconds: req.Timeout.Seconds()}}
+			return out, fmt.Sprintf("started run %s in the background (timeout %s). get_run(id=%q) shows its output so far and, once it ends, its result; cancel_run(id=%q) stops it; subscribers of %s are notified when it ends.\n",
+				id, req.Timeout, id, id, runURI(id)), nil
+		}
+		res, err := cfg.Runs.runForeground(ctx, cfg.Runner, req, func(l *liveRun) func() { return startProgress(ctx, l) })
 		if err != nil {
 			return nil, "", err
 		}
@@ -119,6 +138,10 @@ func (cfg Config) runRequest(a RunCodeArgs) (sandpit.Request, error) {
 	if len(a.Args) > 256 {
 		return sandpit.Request{}, argErrorf("too many args (%d, at most 256)", len(a.Args))
 	}
+	session := strings.TrimSpace(a.Session)
+	if session != "" && cfg.Sessions == nil {
+		return sandpit.Request{}, argErrorf("sessions are off on this server: run without session (every run starts fresh)")
+	}
 	return sandpit.Request{
 		Language:  lang,
 		Code:      a.Code,
@@ -127,7 +150,29 @@ func (cfg Config) runRequest(a RunCodeArgs) (sandpit.Request, error) {
 		Stdin:     []byte(a.Stdin),
 		Timeout:   timeout,
 		Workspace: cfg.Workspace,
+		Session:   session,
 	}, nil
+}
+
+func (cfg Config) sessionHelp() string {
+	if cfg.Sessions == nil {
+		return ""
+	}
+	l := cfg.SessionLimits
+	return fmt.Sprintf(" Give session (a name you choose) to run %s in a session that keeps its variables, imports and loaded data for the next call naming it, like a notebook: the last expression's value comes back as value. "+
+		"A session ends on close_session, after %s unused, %s after it started, or when its interpreter is lost (out of memory, or a call that does not stop on interrupt; status session_lost says what it held). At most %d sessions at once.",
+		strings.Join(l.Languages, ", "), l.Idle, l.MaxAge, l.Max)
+}
+
+func (cfg Config) backgroundHelp() string {
+	if !cfg.backgroundOK() {
+		return ""
+	}
+	return " background: true returns the run's id at once; get_run(id) shows its output so far and its result, cancel_run(id) stops it."
+}
+
+func (cfg Config) backgroundOK() bool {
+	return cfg.History != nil && cfg.Runs != nil && cfg.Runs.maxBackground > 0
 }
 
 func (cfg Config) languageNames() string {
@@ -146,6 +191,7 @@ func toRunCodeResult(r *sandpit.Result) RunCodeResult {
 		StdoutBytes: r.StdoutBytes, StderrBytes: r.StderrBytes,
 		DurationMS: r.DurationMS, Language: r.Language,
 		Usage: r.Usage, Limits: r.Limits, Files: r.Files,
+		Value: r.Value, ValueTruncated: r.ValueTruncated, Session: r.Session,
 	}
 }
 
@@ -169,9 +215,23 @@ func formatRun(r RunCodeResult) string {
 	}
 	section("stdout", r.Stdout, r.StdoutTruncated, r.StdoutBytes)
 	section("stderr", r.Stderr, r.StderrTruncated, r.StderrBytes)
+	if r.Value != "" {
+		b.WriteString("--- value")
+		if r.ValueTruncated {
+			b.WriteString(" (truncated)")
+		}
+		b.WriteString(" ---\n" + strings.TrimSuffix(r.Value, "\n") + "\n")
+	}
+	b.WriteString(formatSession(r.Session))
 	switch r.Status {
 	case sandpit.StatusTimeout:
+		if r.Session != nil {
+			fmt.Fprintf(&b, "the call was interrupted after %g s (KeyboardInterrupt); the session kept its state\n", r.Limits.TimeoutSeconds)
+			break
+		}
 		fmt.Fprintf(&b, "the program was killed after %g s; make it faster or ask for a longer timeout_seconds\n", r.Limits.TimeoutSeconds)
+	case sandpit.StatusCancelled:
+		b.WriteString("the run was cancelled before it ended; its output so far is above, and its workspace changes were applied\n")
 	case sandpit.StatusOOM:
 		fmt.Fprintf(&b, "the program ran out of memory (limit %d MiB) and was killed\n", r.Limits.MemoryBytes>>20)
 	}

@@ -67,6 +67,17 @@ type Config struct {
 	// resources/read of a workspace file returns.
 	Content ContentLimits
 
+	// Sessions, when set (with Runner), lets run_code run in named sessions
+	// and serves list_sessions, close_session and sandbox://sessions;
+	// SessionLimits describes their bounds.
+	Sessions      SessionManager
+	SessionLimits SessionLimits
+	// Runs tracks the runs in flight (get_run and cancel_run of a run in
+	// progress, progress notifications) and owns background runs; whoever
+	// makes it closes it after the server stops. Nil: one without
+	// background runs.
+	Runs *Runs
+
 	metrics *metrics // set by NewServer
 }
 
@@ -95,18 +106,34 @@ func (c *Config) defaults() {
 // NewServer builds the MCP server with every tool whose dependency is set.
 func NewServer(cfg Config) *server.MCPServer {
 	cfg.defaults()
+	if cfg.Runs == nil {
+		cfg.Runs = NewRuns(-1)
+	}
+	hooks := &server.Hooks{}
+	cfg.Runs.hooks(hooks)
 	s := server.NewMCPServer(cfg.Name, cfg.Version,
 		server.WithToolCapabilities(false),
-		server.WithResourceCapabilities(false, false),
+		// Subscriptions: sandbox://runs/{id} is updated when the run ends.
+		server.WithResourceCapabilities(true, false),
 		server.WithPromptCapabilities(false),
 		server.WithRecovery(),
 		server.WithInstructions(instructions),
+		server.WithHooks(hooks),
 	)
+	cfg.Runs.subMu.Lock()
+	cfg.Runs.srv = s
+	cfg.Runs.subMu.Unlock()
 	cfg.metrics = newMetrics()
+	if cfg.Runner == nil {
+		cfg.Sessions = nil
+	}
 	if cfg.Runner != nil {
 		cfg.Runner = &observedRunner{Runner: cfg.Runner, metrics: cfg.metrics, history: cfg.History, log: cfg.Logger}
 		s.AddTool(runCodeTool(cfg))
 		s.AddTool(listLanguagesTool(cfg))
+	}
+	if cfg.Sessions != nil {
+		addSessionTools(s, cfg)
 	}
 	if cfg.Files != nil {
 		addWorkspaceTools(s, cfg)
@@ -116,4 +143,4 @@ func NewServer(cfg Config) *server.MCPServer {
 	return s
 }
 
-const instructions = `sandpit runs code (list_supported_languages says which languages, and which libraries each can import) in locked-down, single-use containers: no network, a read-only root filesystem, bounded CPU, memory, processes, time and output. Use run_code to execute code and read its stdout, stderr, exit code and status; fix the code and run again when it fails. Images a run writes into the workspace (a matplotlib plt.savefig, or plt.show(), which saves figure-N.png) come back as image content; other files it writes come back as links that resources/read returns.`
+const instructions = `sandpit runs code (list_supported_languages says which languages, and which libraries each can import) in locked-down, single-use containers: no network, a read-only root filesystem, bounded CPU, memory, processes, time and output. Use run_code to execute code and read its stdout, stderr, exit code and status; fix the code and run again when it fails. To keep Python state (loaded data, variables, imports) between calls, give run_code a session name: that session's interpreter keeps it, like a notebook, until close_session or its idle limit; long runs can go in the background (background: true, then get_run). Images a run writes into the workspace (a matplotlib plt.savefig, or plt.show(), which saves figure-N.png) come back as image content; other files it writes come back as links that resources/read returns.`

@@ -182,7 +182,12 @@ func diffSnapshotTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 type UndoResult struct {
 	Restored string    `json:"restored" jsonschema:"the state the workspace is back to"`
 	Created  time.Time `json:"created"`
+	Note     string    `json:"note,omitempty" jsonschema:"what undo did not put back"`
 }
+
+// undoSessionNote: undo restores files; a session's memory stays as the
+// undone call left it.
+const undoSessionNote = "undo puts back workspace files only: sessions keep what their calls left in memory (variables, loaded data); close_session starts one afresh"
 
 func undoLastRunTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	tool := mcpgo.NewTool("undo_last_run",
@@ -197,6 +202,11 @@ func undoLastRunTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 			return nil, "", err
 		}
 		out := UndoResult{Restored: s.Description, Created: s.Created.UTC()}
-		return out, "workspace restored to its state " + textLine(s.Description), nil
+		text := "workspace restored to its state " + textLine(s.Description)
+		if cfg.Sessions != nil {
+			out.Note = undoSessionNote
+			text += "\n" + undoSessionNote
+		}
+		return out, text, nil
 	})
 }

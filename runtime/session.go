@@ -122,6 +122,9 @@ var validSessionName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 // sessionLanguages are the languages a session can run (a REPL exists).
 var sessionLanguages = []string{"python"}
 
+// SessionLanguages lists the languages a session can run.
+func SessionLanguages() []string { return slices.Clone(sessionLanguages) }
+
 type sessions struct {
 	r   *Runtime
 	cfg SessionConfig

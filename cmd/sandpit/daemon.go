@@ -84,8 +84,12 @@ func runtimeConfig(c *cli.Context, addr string) runtime.Config {
 		},
 		OutputBytes: c.Int64("output-kb") << 10,
 		// Only serve defines these; elsewhere they read as zero: no pool.
-		Pool:   runtime.PoolConfig{Size: c.Int("pool"), IdleTimeout: c.Duration("pool-idle")},
-		Logger: slog.Default(),
+		Pool:     runtime.PoolConfig{Size: c.Int("pool"), IdleTimeout: c.Duration("pool-idle")},
+		Sessions: runtime.SessionConfig{Max: c.Int("max-sessions"), Idle: c.Duration("session-idle"), MaxAge: c.Duration("session-max-age")},
+		Logger:   slog.Default(),
+	}
+	if c.IsSet("max-sessions") && c.Int("max-sessions") == 0 {
+		cfg.Sessions.Max = -1 // off
 	}
 	cfg.Rootless = c.Bool("rootless") || host.IsRootless()
 	cfg.AllowUnenforcedLimits = c.Bool("allow-unenforced-limits")

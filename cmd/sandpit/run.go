@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/urfave/cli/v2"
 
@@ -46,6 +47,21 @@ the program's. Examples:
 				return err
 			}
 			defer rt.Close()
+			// The program's output shows as it is written (all of it: the
+			// result keeps only --output-kb per stream).
+			streamed := !c.Bool("json")
+			if streamed {
+				var mu sync.Mutex
+				req.Output = func(s sandpit.Stream, p []byte) {
+					mu.Lock()
+					defer mu.Unlock()
+					if s == sandpit.Stderr {
+						c.App.ErrWriter.Write(p)
+					} else {
+						c.App.Writer.Write(p)
+					}
+				}
+			}
 			res, err := rt.Run(c.Context, req)
 			if err != nil {
 				return err
@@ -57,8 +73,10 @@ the program's. Examples:
 					return err
 				}
 			} else {
-				fmt.Fprint(c.App.Writer, res.Stdout)
-				fmt.Fprint(c.App.ErrWriter, res.Stderr)
+				if !streamed {
+					fmt.Fprint(c.App.Writer, res.Stdout)
+					fmt.Fprint(c.App.ErrWriter, res.Stderr)
+				}
 				if res.Status != sandpit.StatusSuccess {
 					fmt.Fprintf(c.App.ErrWriter, "sandpit: %s (exit code %d) in %d ms\n", res.Status, res.ExitCode, res.DurationMS)
 				}

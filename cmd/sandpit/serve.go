@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -25,7 +26,7 @@ func serveCommand() *cli.Command {
 	flags = append(flags, historyFlags()...)
 	flags = append(flags,
 		&cli.DurationFlag{Name: "timeout", Value: sandpit.DefaultTimeout, Usage: "run_code's default timeout"},
-		&cli.DurationFlag{Name: "max-timeout", Value: sandpit.DefaultMaxTimeout, Usage: "the longest timeout a caller may ask for"},
+		&cli.DurationFlag{Name: "max-timeout", Value: sandpit.DefaultMaxTimeout, Usage: "the longest timeout a caller may ask for (at most 24h; long runs belong in the background)"},
 		&cli.IntFlag{Name: "max-code-kb", Value: 64, Usage: "largest code or stdin accepted (KiB)"},
 		&cli.IntFlag{Name: "max-message-mb", Value: mcp.DefaultMaxMessageBytes >> 20, Usage: "largest JSON-RPC message accepted from the client (MiB); a longer one is answered with an error and never read whole"},
 		&cli.IntFlag{Name: "concurrency", Value: 16, Usage: "tool calls served at once (mcp-go's default is 5)"},
@@ -36,12 +37,19 @@ func serveCommand() *cli.Command {
 		&cli.IntFlag{Name: "max-image-edge", Value: 1568, Usage: "longest side of an image shown (px); larger ones are scaled down"},
 		&cli.IntFlag{Name: "max-image-kb", Value: 1024, Usage: "largest image block (KiB); larger images are re-encoded smaller"},
 		&cli.IntFlag{Name: "max-resource-mb", Value: 8, Usage: "largest workspace file resources/read returns (MiB)"},
+		&cli.IntFlag{Name: "max-sessions", Value: runtime.DefaultMaxSessions, Usage: fmt.Sprintf("sessions open at once (at most %d; 0: sessions off)", runtime.MaxSessionsLimit)},
+		&cli.DurationFlag{Name: "session-idle", Value: runtime.DefaultSessionIdle, Usage: "end a session unused for this long"},
+		&cli.DurationFlag{Name: "session-max-age", Value: runtime.DefaultSessionMaxAge, Usage: fmt.Sprintf("end a session this long after it started (at most %s)", runtime.MaxSessionAge)},
+		&cli.IntFlag{Name: "max-background", Value: mcp.DefaultMaxBackground, Usage: fmt.Sprintf("background runs in flight at once (at most %d; 0: off)", mcp.MaxBackgroundLimit)},
 	)
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "serve MCP over stdio (stdout is the protocol; logs go to stderr)",
 		Flags: flags,
 		Action: func(c *cli.Context) error {
+			if err := checkServeBounds(c); err != nil {
+				return err
+			}
 			in, err := acquireInstance(c)
 			if err != nil {
 				return err
@@ -103,6 +111,20 @@ func serveCommand() *cli.Command {
 			cfg.Status = func(ctx context.Context) mcp.StatusReport {
 				return statusReport(ctx, rt, c.Duration("timeout"))
 			}
+			if c.Int("max-sessions") > 0 {
+				sc := rt.SessionConfig()
+				cfg.Sessions = rt
+				cfg.SessionLimits = mcp.SessionLimits{Max: sc.Max, Idle: sc.Idle, MaxAge: sc.MaxAge, Grace: sc.Grace, Languages: runtime.SessionLanguages()}
+			}
+			// Closed first (deferred last): background runs are cancelled
+			// and recorded while the history and the runtime are still open.
+			nbg := c.Int("max-background")
+			if nbg == 0 {
+				nbg = -1 // NewRuns: off
+			}
+			runs := mcp.NewRuns(nbg)
+			defer runs.Close()
+			cfg.Runs = runs
 			s := mcp.NewServer(cfg)
 			slog.Info("sandpit serving MCP on stdio", "version", version, "instance", in.Name())
 			return serveStdio(c.Context, s, c.Int("concurrency"), c.Int("max-message-mb")<<20)
@@ -183,4 +205,23 @@ func statusReport(ctx context.Context, rt *runtime.Runtime, timeout time.Duratio
 		Limits:            &l,
 		Images:            h.Images,
 	}
+}
+
+// maxTimeoutLimit bounds --max-timeout and --timeout: a run of a day or
+// more is a job for something else.
+const maxTimeoutLimit = 24 * time.Hour
+
+// checkServeBounds refuses serve's numbers past their bounds.
+func checkServeBounds(c *cli.Context) error {
+	switch {
+	case c.Duration("max-timeout") <= 0 || c.Duration("max-timeout") > maxTimeoutLimit:
+		return fmt.Errorf("--max-timeout %s: give a duration up to %s", c.Duration("max-timeout"), maxTimeoutLimit)
+	case c.Duration("timeout") <= 0 || c.Duration("timeout") > c.Duration("max-timeout"):
+		return fmt.Errorf("--timeout %s: give a duration up to --max-timeout (%s)", c.Duration("timeout"), c.Duration("max-timeout"))
+	case c.Int("max-sessions") < 0 || c.Int("max-sessions") > runtime.MaxSessionsLimit:
+		return fmt.Errorf("--max-sessions %d: give 0 (off) to %d", c.Int("max-sessions"), runtime.MaxSessionsLimit)
+	case c.Int("max-background") < 0 || c.Int("max-background") > mcp.MaxBackgroundLimit:
+		return fmt.Errorf("--max-background %d: give 0 (off) to %d", c.Int("max-background"), mcp.MaxBackgroundLimit)
+	}
+	return nil
 }

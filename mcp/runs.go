@@ -1,0 +1,449 @@
+package mcp
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/sandpit-dev/sandpit"
+)
+
+// Runs are the runs in flight: run_code calls in progress and background
+// runs. Each is known by its id from the moment it starts, so get_run and
+// sandbox://runs/{id} show its output so far and cancel_run stops it;
+// subscribers of sandbox://runs/{id} get notifications/resources/updated
+// when it ends. Background runs belong to Runs, not to the call that
+// started them: Close cancels them (they are recorded as cancelled) and
+// waits for them.
+type Runs struct {
+	maxBackground int
+	ctx           context.Context // parent of background runs
+	cancel        context.CancelFunc
+	wg            sync.WaitGroup
+
+	mu         sync.Mutex
+	live       map[string]*liveRun
+	background int
+	closed     bool
+
+	subMu sync.Mutex
+	subs  map[string]map[string]subscriber // resource URI -> subscribers by key
+	srv   *server.MCPServer                // set by NewServer, for notifications
+}
+
+// DefaultMaxBackground is how many background runs may be in flight at
+// once unless configured; MaxBackgroundLimit bounds the setting.
+const (
+	DefaultMaxBackground = 4
+	MaxBackgroundLimit   = 64
+)
+
+// NewRuns makes the registry of runs in flight, with at most
+// maxBackground background runs at once (0: DefaultMaxBackground; negative:
+// no background runs).
+func NewRuns(maxBackground int) *Runs {
+	if maxBackground == 0 {
+		maxBackground = DefaultMaxBackground
+	}
+	maxBackground = min(maxBackground, MaxBackgroundLimit)
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Runs{maxBackground: maxBackground, ctx: ctx, cancel: cancel, live: map[string]*liveRun{}, subs: map[string]map[string]subscriber{}}
+}
+
+// Close cancels the background runs and waits until they are recorded.
+func (rs *Runs) Close() {
+	rs.mu.Lock()
+	rs.closed = true
+	rs.mu.Unlock()
+	rs.cancel()
+	rs.wg.Wait()
+}
+
+// liveRun is one run in flight and what it has written so far.
+type liveRun struct {
+	id         string
+	req        sandpit.Request
+	started    time.Time
+	background bool
+	cancel     context.CancelFunc
+	done       chan struct{}
+
+	mu             sync.Mutex
+	stdout, stderr liveStream
+	tail           lineTail // both streams, in arrival order, for progress messages
+	seq            int64    // bumped by every write
+	res            *sandpit.Result
+	err            error
+}
+
+// liveHeadBytes and liveTailBytes bound what a run in flight keeps of each
+// stream for get_run: its first and its last bytes.
+const (
+	liveHeadBytes = 1 << 10
+	liveTailBytes = 4 << 10
+)
+
+// liveStream keeps a stream's first and last bytes and counts the rest.
+type liveStream struct {
+	head  []byte
+	tail  []byte
+	total int64
+}
+
+func (s *liveStream) write(p []byte) {
+	s.total += int64(len(p))
+	if room := liveHeadBytes - len(s.head); room > 0 {
+		s.head = append(s.head, p[:min(room, len(p))]...)
+	}
+	s.tail = append(s.tail, p...)
+	if over := len(s.tail) - liveTailBytes; over > 0 {
+		s.tail = append(s.tail[:0], s.tail[over:]...)
+	}
+}
+
+// lineTail keeps the newest lines of output (at most progressLines lines
+// and progressBytes bytes) for progress messages.
+type lineTail struct{ buf []byte }
+
+const (
+	progressLines = 5
+	progressBytes = 1 << 10
+)
+
+func (t *lineTail) write(p []byte) {
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - 4*progressBytes; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+}
+
+// lines is the newest complete or partial lines, valid UTF-8.
+func (t *lineTail) lines() string {
+	s := strings.TrimRight(strings.ToValidUTF8(string(t.buf), "\uFFFD"), "\n")
+	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	parts := strings.Split(s, "\n")
+	if len(parts) > progressLines {
+		parts = parts[len(parts)-progressLines:]
+	}
+	s = strings.Join(parts, "\n")
+	if len(s) > progressBytes {
+		s = s[len(s)-progressBytes:]
+		for len(s) > 0 && !utf8.RuneStart(s[0]) {
+			s = s[1:]
+		}
+	}
+	return s
+}
+
+func (l *liveRun) output(s sandpit.Stream, p []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s == sandpit.Stderr {
+		l.stderr.write(p)
+	} else {
+		l.stdout.write(p)
+	}
+	l.tail.write(p)
+	l.seq++
+}
+
+func newRunID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// start registers req (given an id) as in flight and wires its live output.
+func (rs *Runs) start(req *sandpit.Request, background bool, cancel context.CancelFunc) (*liveRun, error) {
+	req.ID = newRunID()
+	l := &liveRun{id: req.ID, req: *req, started: time.Now(), background: background, cancel: cancel, done: make(chan struct{})}
+	l.req.Output, l.req.Workspace = nil, nil
+	prev := req.Output
+	req.Output = func(s sandpit.Stream, p []byte) {
+		l.output(s, p)
+		if prev != nil {
+			prev(s, p)
+		}
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if background {
+		switch {
+		case rs.closed:
+			return nil, argErrorf("the server is shutting down: no new background runs")
+		case rs.maxBackground < 0:
+			return nil, argErrorf("background runs are off on this server: run without background")
+		case rs.background >= rs.maxBackground:
+			return nil, sandpit.Hintf(sandpit.Newf(sandpit.ErrResourceExhausted, "%d background runs are in flight (the limit)", rs.background),
+				"wait for one to end (get_run shows them), cancel one with cancel_run, or run in the foreground")
+		}
+		rs.background++
+	}
+	rs.live[l.id] = l
+	return l, nil
+}
+
+// finish records l's outcome, forgets it and tells subscribers.
+func (rs *Runs) finish(l *liveRun, res *sandpit.Result, err error) {
+	l.mu.Lock()
+	l.res, l.err = res, err
+	l.mu.Unlock()
+	close(l.done)
+	rs.mu.Lock()
+	delete(rs.live, l.id)
+	if l.background {
+		rs.background--
+	}
+	rs.mu.Unlock()
+	rs.updated(runURI(l.id))
+}
+
+// get returns the run id if it is in flight.
+func (rs *Runs) get(id string) *liveRun {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.live[strings.TrimSpace(id)]
+}
+
+// list returns the runs in flight, oldest first.
+func (rs *Runs) list() []*liveRun {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	out := make([]*liveRun, 0, len(rs.live))
+	for _, l := range rs.live {
+		out = append(out, l)
+	}
+	return out
+}
+
+// runForeground runs req as a call's run: in flight under the call's
+// context, which the client's notifications/cancelled or cancel_run ends.
+func (rs *Runs) runForeground(ctx context.Context, r Runner, req sandpit.Request, progress func(*liveRun) func()) (*sandpit.Result, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	l, err := rs.start(&req, false, cancel)
+	if err != nil {
+		return nil, err
+	}
+	stop := progress(l)
+	res, err := r.Run(ctx, req)
+	stop()
+	rs.finish(l, res, err)
+	return res, err
+}
+
+// runBackground starts req in the background and returns its id at once.
+func (rs *Runs) runBackground(r Runner, req sandpit.Request) (string, error) {
+	ctx, cancel := context.WithCancel(rs.ctx)
+	l, err := rs.start(&req, true, cancel)
+	if err != nil {
+		cancel()
+		return "", err
+	}
+	rs.wg.Add(1)
+	go func() {
+		defer rs.wg.Done()
+		defer cancel()
+		res, err := r.Run(ctx, req)
+		rs.finish(l, res, err)
+	}()
+	return l.id, nil
+}
+
+// cancelRun cancels the run id in flight and waits (at most wait) for its
+// outcome.
+func (rs *Runs) cancelRun(ctx context.Context, id string, wait time.Duration) (*liveRun, error) {
+	l := rs.get(id)
+	if l == nil {
+		return nil, nil
+	}
+	l.cancel()
+	select {
+	case <-l.done:
+	case <-time.After(wait):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return l, nil
+}
+
+func runURI(id string) string { return "sandbox://runs/" + id }
+
+// Subscriptions to sandbox://runs/{id}, in both protocol eras: a legacy
+// client sends resources/subscribe (mcp-go's stdio session keeps no
+// subscriptions of its own, so hooks record them here); a client of
+// protocol 2026-07-28 names the URIs in a subscriptions/listen request, and
+// gets the update on that stream, tagged with its id, while it is open.
+type subscriber struct {
+	session server.ClientSession
+	listen  any // the subscriptions/listen request's id; nil: resources/subscribe
+}
+
+// maxSubscriptions bounds the resource URIs subscribed to at once.
+const maxSubscriptions = 10000
+
+func subKey(session server.ClientSession, listen any) string {
+	if listen == nil {
+		return session.SessionID()
+	}
+	return fmt.Sprintf("%s/%v", session.SessionID(), listen)
+}
+
+func (rs *Runs) subscribe(sub subscriber, uri string) {
+	rs.subMu.Lock()
+	defer rs.subMu.Unlock()
+	if rs.subs[uri] == nil {
+		if len(rs.subs) >= maxSubscriptions {
+			return
+		}
+		rs.subs[uri] = map[string]subscriber{}
+	}
+	rs.subs[uri][subKey(sub.session, sub.listen)] = sub
+}
+
+func (rs *Runs) unsubscribe(sub subscriber, uri string) {
+	rs.subMu.Lock()
+	defer rs.subMu.Unlock()
+	delete(rs.subs[uri], subKey(sub.session, sub.listen))
+	if len(rs.subs[uri]) == 0 {
+		delete(rs.subs, uri)
+	}
+}
+
+// updated sends notifications/resources/updated for uri to its
+// subscribers. A notification that would block (a client not reading) is
+// dropped, as mcp-go drops its own.
+func (rs *Runs) updated(uri string) {
+	rs.subMu.Lock()
+	var subs []subscriber
+	for _, s := range rs.subs[uri] {
+		subs = append(subs, s)
+	}
+	srv := rs.srv
+	rs.subMu.Unlock()
+	for _, s := range subs {
+		if s.listen == nil {
+			if srv != nil {
+				srv.SendNotificationToSpecificClient(s.session.SessionID(), string(mcpgo.MethodNotificationResourceUpdated), map[string]any{"uri": uri})
+			}
+			continue
+		}
+		n := mcpgo.JSONRPCNotification{JSONRPC: mcpgo.JSONRPC_VERSION, Notification: mcpgo.Notification{
+			Method: string(mcpgo.MethodNotificationResourceUpdated),
+			Params: mcpgo.NotificationParams{
+				Meta:             map[string]any{mcpgo.MetaKeySubscriptionID: s.listen},
+				AdditionalFields: map[string]any{"uri": uri},
+			},
+		}}
+		select {
+		case s.session.NotificationChannel() <- n:
+		default:
+		}
+	}
+}
+
+// hooks registers the subscription tracking on srv's hooks.
+func (rs *Runs) hooks(h *server.Hooks) {
+	h.AddAfterSubscribe(func(ctx context.Context, _ any, req *mcpgo.SubscribeRequest, _ *mcpgo.EmptyResult) {
+		if s := server.ClientSessionFromContext(ctx); s != nil {
+			rs.subscribe(subscriber{session: s}, req.Params.URI)
+		}
+	})
+	h.AddAfterUnsubscribe(func(ctx context.Context, _ any, req *mcpgo.UnsubscribeRequest, _ *mcpgo.EmptyResult) {
+		if s := server.ClientSessionFromContext(ctx); s != nil {
+			rs.unsubscribe(subscriber{session: s}, req.Params.URI)
+		}
+	})
+	listened := func(ctx context.Context, id any, req *mcpgo.SubscriptionsListenRequest, on bool) {
+		s := server.ClientSessionFromContext(ctx)
+		if s == nil || req == nil || id == nil {
+			return
+		}
+		for _, uri := range req.Params.Notifications.ResourceSubscriptions {
+			if on {
+				rs.subscribe(subscriber{session: s, listen: id}, uri)
+			} else {
+				rs.unsubscribe(subscriber{session: s, listen: id}, uri)
+			}
+		}
+	}
+	h.AddBeforeSubscriptionsListen(func(ctx context.Context, id any, req *mcpgo.SubscriptionsListenRequest) {
+		listened(ctx, id, req, true)
+	})
+	h.AddAfterSubscriptionsListen(func(ctx context.Context, id any, req *mcpgo.SubscriptionsListenRequest, _ *mcpgo.SubscriptionsListenResult) {
+		listened(ctx, id, req, false)
+	})
+	h.AddOnError(func(ctx context.Context, id any, method mcpgo.MCPMethod, msg any, _ error) {
+		if req, ok := msg.(*mcpgo.SubscriptionsListenRequest); ok && method == mcpgo.MethodSubscriptionsListen {
+			listened(ctx, id, req, false)
+		}
+	})
+}
+
+// record is what get_run and sandbox://runs/{id} show of a run in flight.
+func (l *liveRun) record() RunRecord {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := RunRecord{
+		RunSummary: RunSummary{
+			ID: l.id, Started: l.started.UTC().Format(time.RFC3339Nano), Language: l.req.Language,
+			Status: "running", DurationMS: time.Since(l.started).Milliseconds(),
+			StdoutBytes: l.stdout.total, StderrBytes: l.stderr.total,
+			CodeBytes: int64(len(l.req.Code)), Path: l.req.Path,
+		},
+		Code: l.req.Code, StdinBytes: int64(len(l.req.Stdin)),
+		StdoutHead: strings.ToValidUTF8(string(l.stdout.head), "\uFFFD"),
+		StderrHead: strings.ToValidUTF8(string(l.stderr.head), "\uFFFD"),
+		Session:    l.req.Session,
+		Background: l.background,
+	}
+	if l.stdout.total > int64(len(l.stdout.head)) {
+		r.StdoutTail = validTail(l.stdout.tail)
+	}
+	if l.stderr.total > int64(len(l.stderr.head)) {
+		r.StderrTail = validTail(l.stderr.tail)
+	}
+	return r
+}
+
+func validTail(b []byte) string {
+	for len(b) > 0 && !utf8.RuneStart(b[0]) {
+		b = b[1:]
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD")
+}
+
+// formatLive is the readable text of a run in flight.
+func formatLive(r RunRecord) string {
+	var b strings.Builder
+	kind := "run"
+	if r.Background {
+		kind = "background run"
+	}
+	fmt.Fprintf(&b, "%s %s: %s, running for %d ms (started %s)", kind, r.ID, r.Language, r.DurationMS, r.Started)
+	if r.Session != "" {
+		fmt.Fprintf(&b, " in session %s", r.Session)
+	}
+	b.WriteString("\n")
+	head := func(name, h, tail string, total int64) {
+		if total == 0 {
+			return
+		}
+		fmt.Fprintf(&b, "--- %s so far (%d bytes; first %d) ---\n%s\n", name, total, len(h), strings.TrimSuffix(h, "\n"))
+		if tail != "" {
+			fmt.Fprintf(&b, "--- %s, last %d bytes ---\n%s\n", name, len(tail), strings.TrimSuffix(tail, "\n"))
+		}
+	}
+	head("stdout", r.StdoutHead, r.StdoutTail, r.StdoutBytes)
+	head("stderr", r.StderrHead, r.StderrTail, r.StderrBytes)
+	b.WriteString("cancel_run stops it; get_run shows its result once it ends\n")
+	return b.String()
+}
