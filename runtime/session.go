@@ -272,9 +272,11 @@ func (r *Runtime) runSession(ctx context.Context, req sandpit.Request) (*sandpit
 		kind, code = "path", []byte(req.Path)
 	}
 	started := time.Now()
+	tPrep := started.Sub(startedAt)
 	deadline := started.Add(timeout)
 	s.send(callFrame(nonce, cwd, kind, fmt.Sprintf("call %d", call), code, req.Stdin, req.Args))
 	o := r.sess.await(ctx, s, nonce, dOut, dErr, deadline)
+	tCall := time.Since(started)
 	res.Duration = time.Since(started)
 	res.DurationMS = res.Duration.Milliseconds()
 
@@ -323,6 +325,7 @@ func (r *Runtime) runSession(ctx context.Context, req sandpit.Request) (*sandpit
 		}
 		res.Files = changes
 	}
+	r.log.Debug("session call", "session", s.name, "id", id, "prepare", tPrep, "call", tCall, "total", time.Since(startedAt))
 	return res, nil
 }
 

@@ -31,7 +31,7 @@ Needs root and containerd; cleans up everything it created. Example:
 			&cli.StringFlag{Name: "concurrency", Value: "1,8", Usage: "1 measures latency; each N>1 measures throughput with N concurrent clients"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 			&cli.StringSliceFlag{Name: "only", Usage: "comparators to run, e.g. host-python,runc-run,sandpit-cold"},
-			&cli.StringSliceFlag{Name: "language", Value: cli.NewStringSlice("python", "c", "pydata"), Usage: "python (all comparators), c (compile and run: host gcc against sandpit) and/or pydata (python importing pandas and matplotlib.pyplot, against the host python with the same Debian packages)"},
+			&cli.StringSliceFlag{Name: "language", Value: cli.NewStringSlice("python", "c", "pydata", "session"), Usage: "python (all comparators), c (compile and run: host gcc against sandpit), pydata (python importing pandas and matplotlib.pyplot, against the host python with the same Debian packages), session (x += 1 in a session, over MCP and in-process, against a python REPL on the host) and/or session-df (a pandas DataFrame of 10^3 and 10^6 rows kept in a session and re-used, against rebuilding it; with the sessions' memory in the notes)"},
 			&cli.StringFlag{Name: "host-python", Value: "/usr/bin/python3", Usage: "the host interpreter (the python3 on PATH may be a slow shim)"},
 			&cli.StringFlag{Name: "docker-image", Value: "python:3.11-slim", Usage: "image for docker-run and podman-run"},
 			&cli.DurationFlag{Name: "budget", Value: 15 * time.Minute, Usage: "stop starting rounds after this long"},

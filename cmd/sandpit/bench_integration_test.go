@@ -56,6 +56,7 @@ func TestBenchJSON(t *testing.T) {
 	// pydata: host-python needs the host's python3-pandas and
 	// python3-matplotlib, or is unavailable with the reason.
 	pydata := append([]string{"host-python", "sandpit-cold", "sandpit-warm"}, mcpNames...)
+	session := []string{"host-python-repl", "sandpit-session", "sandpit-mcp-session"}
 
 	// Every comparator is measured or said to be unavailable, exactly once.
 	seen := map[string]int{}
@@ -78,6 +79,9 @@ func TestBenchJSON(t *testing.T) {
 	}
 	for _, n := range pydata {
 		want = append(want, "pydata/"+n)
+	}
+	for _, n := range session {
+		want = append(want, "session/"+n)
 	}
 	for _, w := range want {
 		if seen[w] != 1 {
@@ -138,6 +142,9 @@ func TestBenchJSON(t *testing.T) {
 	}
 	if len(r.Leftovers) != 0 {
 		t.Errorf("left behind: %v", r.Leftovers)
+	}
+	if !slices.ContainsFunc(r.Notes, func(n string) bool { return strings.Contains(n, "idle session") }) {
+		t.Errorf("no idle session memory in the notes: %v", r.Notes)
 	}
 }
 

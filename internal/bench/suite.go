@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -69,6 +70,9 @@ var Programs = map[string]struct{ lang, code, want string }{
 	"python": {"python", "print(1)", "1\n"},
 	"c":      {"c", "#include <stdio.h>\nint main(void) { puts(\"1\"); return 0; }\n", "1\n"},
 	"pydata": {"python", "import pandas, matplotlib.pyplot\nprint(1)", "1\n"},
+	// Sessions (session.go): a call in a session that exists already.
+	"session":    {"python", "x += 1", ""},
+	"session-df": {"python", "df.shape", ""},
 }
 
 // suite is one run of the comparators: what it started, to be torn down.
@@ -81,6 +85,10 @@ type suite struct {
 	closers   []func(context.Context) error
 	report    Report
 	seq       atomic.Int64
+
+	sessOnce   sync.Once
+	sessClient *client.Client
+	sessErr    error
 }
 
 // Run measures every requested comparator, interleaved, and returns the
@@ -89,7 +97,7 @@ type suite struct {
 func Run(ctx context.Context, cfg SuiteConfig) (*Report, error) {
 	for _, l := range cfg.Languages {
 		if _, ok := Programs[l]; !ok {
-			return nil, fmt.Errorf("language %q: the bench knows python, c and pydata", l)
+			return nil, fmt.Errorf("language %q: the bench knows python, c, pydata, session and session-df", l)
 		}
 	}
 	cfg.Runtime.Defaults()
@@ -99,7 +107,8 @@ func Run(ctx context.Context, cfg SuiteConfig) (*Report, error) {
 	}
 	b.report = Report{
 		Command: cfg.Command,
-		Program: `python: print(1); c: puts("1") compiled with the c language's gcc flags, then run; pydata: import pandas, matplotlib.pyplot; print(1)`,
+		Program: `python: print(1); c: puts("1") compiled with the c language's gcc flags, then run; pydata: import pandas, matplotlib.pyplot; print(1); ` +
+			`session: x += 1 in a session that exists; session-df: df.shape of a DataFrame kept in a session, against rebuilding it in a fresh run`,
 		Machine: Describe(), // load before anything starts
 		Warmup:  cfg.Options.Warmup,
 		GapMS:   cfg.Options.Gap.Milliseconds(),
@@ -196,6 +205,10 @@ func (b *suite) comparators(ctx context.Context, langs []string) ([]Comparator, 
 	}
 
 	for _, group := range langs {
+		if sessionGroups[group] {
+			b.sessionComparators(ctx, group, want, add)
+			continue
+		}
 		lang, prog := Programs[group].lang, Programs[group]
 		if lang == "python" {
 			if want("host-python") {
