@@ -22,8 +22,8 @@ import (
 	"github.com/sandpit-dev/sandpit"
 )
 
-// Sessions: a sandbox that outlives one call. A session is a pooled
-// sandbox (or one started like it, when the pool has none ready) whose
+// Sessions: a sandbox that outlives one call. A session's sandbox is laid
+// out like a pooled one, under its own PID 1 (session_init.go), and its
 // waiter, instead of one program, runs sandpit's REPL (session.py): it keeps
 // one namespace for the session's life and runs the calls sent to it on
 // stdin, one at a time. Each call gets the workspace the way a pooled run
@@ -35,8 +35,8 @@ import (
 // The server enforces every limit itself: a call's deadline (an interrupt,
 // then, after SessionConfig.Grace, the kill), the session's idle and age
 // limits, its memory (the cgroup); and the sandbox's PID 1 kills everything
-// at the session's age limit plus initGrace even if the server is gone,
-// while the REPL exits as soon as its stdin (the server) goes away.
+// at the session's age limit plus initGrace, and at once when the server
+// goes away (its liveness FIFO reads EOF), whatever the program does.
 
 //go:embed session.py
 var sessionPy string
@@ -149,6 +149,7 @@ type session struct {
 	err     error // why it did not start; set before ready closes
 
 	w      *warm
+	alive  *os.File // the liveness FIFO's only writer (session_init.go)
 	out    sessionStream
 	errs   sessionStream
 	exited chan struct{} // the sandbox's task exited
@@ -574,32 +575,27 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 	}
 }
 
-// start makes s's sandbox (from the warm pool when one is ready) and waits
-// for its REPL's ready line.
+// start makes s's sandbox and waits for its REPL's ready line. A session
+// does not take a pooled sandbox: its PID 1 is the session init, which
+// watches the server's liveness (session_init.go).
 func (m *sessions) start(ctx context.Context, s *session) (retErr error) {
 	r := m.r
-	w := r.claimWarm(s.lang)
-	if p := r.pooled[s.lang.Name]; p != nil {
-		defer p.refill()
-	}
-	if w == nil {
-		var err error
-		if w, err = r.newWarm(ctx, s.lang.Image); err != nil {
-			if errors.Is(err, errNoInit) {
-				return sandpit.WithHint(ErrSessionsOff, "the image has no python3 for sandpit's init")
-			}
-			if isUnavailable(err) {
-				return &UnavailableError{Address: r.cfg.Address, Err: err}
-			}
-			return fmt.Errorf("start session: %w", err)
+	w, alive, err := r.newSessionSandbox(ctx, s.lang.Image)
+	if err != nil {
+		if errors.Is(err, errNoInit) {
+			return sandpit.WithHint(ErrSessionsOff, "the image has no python3 for sandpit's init")
 		}
+		if isUnavailable(err) {
+			return &UnavailableError{Address: r.cfg.Address, Err: err}
+		}
+		return fmt.Errorf("start session: %w", err)
 	}
-	s.w = w
+	s.w, s.alive = w, alive
 	s.cg = r.fallback().cgroupParent + "/" + r.cfg.Namespace + "/" + w.sb.id
 	defer func() {
 		if retErr != nil {
 			s.closeFrames()
-			r.background(func() { r.destroyWarm(w) })
+			r.background(func() { r.destroyWarm(w); alive.Close() })
 		}
 	}()
 	if err := os.WriteFile(filepath.Join(w.dir, "src", sessionFile), []byte(sessionPy), 0o644); err != nil {
@@ -716,7 +712,10 @@ func (m *sessions) end(s *session, why string) ([]string, int) {
 	s.errs.abandon()
 	s.closeFrames()
 	if s.w != nil {
-		m.r.background(func() { m.r.destroyWarm(s.w) })
+		m.r.background(func() {
+			m.r.destroyWarm(s.w)
+			s.alive.Close()
+		})
 	}
 	return names, more
 }

@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -171,5 +172,101 @@ func TestSessionCancelAndLiveOutput(t *testing.T) {
 	mu.Unlock()
 	if res := sessionRun(t, r, "c", "n > 0", 0); res.Value != "True" {
 		t.Fatalf("after cancel: %q %q", res.Value, res.Stderr)
+	}
+}
+
+// A call to a session that is running another is refused at once; a
+// session runs only the languages with a REPL; a call's stdin and args are
+// its own.
+func TestSessionBusyLanguageAndStdin(t *testing.T) {
+	r := newRuntime(t)
+	sessionRun(t, r, "b", "import time", 0)
+	done := make(chan *sandpit.Result)
+	go func() {
+		res, _ := r.Run(t.Context(), sandpit.Request{Language: "python", Session: "b", Code: "time.sleep(3)", Timeout: time.Minute})
+		done <- res
+	}()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if s := r.Sessions(); len(s) == 1 && s[0].Running != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the call never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, err := r.Run(t.Context(), sandpit.Request{Language: "python", Session: "b", Code: "1", Timeout: time.Minute})
+	if !errors.Is(err, runtime.ErrSessionBusy) || !errors.Is(err, sandpit.ErrConflict) {
+		t.Fatalf("a second call: %v", err)
+	}
+	if res := <-done; res.Status != sandpit.StatusSuccess {
+		t.Fatalf("the first call: %+v", res)
+	}
+	if _, err := r.Run(t.Context(), sandpit.Request{Language: "c", Session: "b", Code: "int main(){}"}); !errors.Is(err, sandpit.ErrInvalidArgument) {
+		t.Fatalf("a C session: %v", err)
+	}
+	res, err := r.Run(t.Context(), sandpit.Request{Language: "python", Session: "b", Timeout: time.Minute,
+		Code: "import sys\n(input(), sys.argv[1:])", Stdin: []byte("typed\n"), Args: []string{"a", "b c"}})
+	if err != nil || res.Value != "('typed', ['a', 'b c'])" {
+		t.Fatalf("stdin and args: %v %+v", err, res)
+	}
+}
+
+// A session ends at its age limit, in a call or not.
+func TestSessionMaxAge(t *testing.T) {
+	r := newRuntime(t, withSessions(runtime.SessionConfig{MaxAge: 4 * time.Second, Idle: 4 * time.Second}))
+	sessionRun(t, r, "old", "v = 1", 0)
+	res := sessionRun(t, r, "old", "import time\ntime.sleep(60)", 0)
+	if res.Status != sandpit.StatusSessionLost || !strings.Contains(res.Session.LostReason, "age limit") {
+		t.Fatalf("past the age limit: %s %+v", res.Status, res.Session)
+	}
+}
+
+// The REPL runs the program's code, so its end lines are as untrusted as
+// the program: code that finds its call's nonce and forges an end line gets
+// its own forged result back, and nothing else; one that sends an end line
+// past the bound loses its session. The server stays bounded and answers.
+func TestSessionForgedEndLines(t *testing.T) {
+	r := newRuntime(t)
+	const findNonce = "import os, sys, time\nf = sys._getframe()\nwhile 'nonce' not in f.f_locals:\n    f = f.f_back\nn = f.f_locals['nonce']\n"
+	res := sessionRun(t, r, "f", findNonce+"os.write(2, b'\\x00sandpit:end:' + n + b':\\n')\nos.write(1, b'\\x00sandpit:end:' + n + b':{\"status\": \"ok\", \"value\": \"forged\", \"names\": [\"" + strings.Repeat("y", 300) + "\"]}\\n')\ntime.sleep(2)", 0)
+	if res.Status != sandpit.StatusSuccess || res.Value != "forged" {
+		t.Fatalf("forged end: %+v", res)
+	}
+	// The forging call is still sleeping: the next waits behind it.
+	if res := sessionRun(t, r, "f", "'after'", 30*time.Second); res.Value != "'after'" {
+		t.Fatalf("after a forged end: %+v", res)
+	}
+	res = sessionRun(t, r, "f", findNonce+"os.write(1, b'\\x00sandpit:end:' + n + b':' + b'x' * 400000 + b'\\n')\ntime.sleep(30)", 0)
+	if res.Status != sandpit.StatusSessionLost || !strings.Contains(res.Session.LostReason, "protocol") {
+		t.Fatalf("oversized end line: %+v %+v", res, res.Session)
+	}
+}
+
+// Nothing in a session's sandbox can keep it alive past its server: the
+// liveness FIFO cannot be opened for writing, and PID 1 (its reader)
+// cannot be stopped or killed from inside. (A signal it handles, SIGTERM,
+// ends it, and with it the session: harm to itself only.)
+func TestSessionLivenessGuard(t *testing.T) {
+	r := newRuntime(t)
+	res := sessionRun(t, r, "g", `import os, signal
+out = []
+try:
+    os.open('/sandpit/src/alive', os.O_WRONLY | os.O_NONBLOCK)
+    out.append('UNSAFE: opened for writing')
+except PermissionError:
+    out.append('write refused')
+for sig in (signal.SIGSTOP, signal.SIGKILL):
+    try:
+        os.kill(1, sig)
+    except OSError as e:
+        out.append(str(e))
+open('/proc/1/status').read().count('State:\tS') or out.append('UNSAFE: PID 1 not sleeping')
+out`, 0)
+	if res.Status != sandpit.StatusSuccess || strings.Contains(res.Value, "UNSAFE") || !strings.Contains(res.Value, "write refused") {
+		t.Fatalf("liveness guard: %+v", res)
+	}
+	if res := sessionRun(t, r, "g", "'alive'", 0); res.Value != "'alive'" {
+		t.Fatalf("the session after signals to PID 1: %+v", res)
 	}
 }

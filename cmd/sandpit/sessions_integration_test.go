@@ -8,16 +8,19 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd"
 	"github.com/mark3labs/mcp-go/client"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandpit-dev/sandpit/mcp"
+	"github.com/sandpit-dev/sandpit/runtime"
 )
 
 func callOn(t *testing.T, c *client.Client, tool string, args map[string]any) *mcpgo.CallToolResult {
@@ -87,6 +90,26 @@ func TestMCPSessions(t *testing.T) {
 	r = sessionCall(t, c, "b", "open('from-b.txt', 'w').write('b')")
 	if r.Files == nil || len(r.Files.Created) != 1 || r.Files.Created[0] != "from-b.txt" {
 		t.Fatalf("workspace changes: %+v", r.Files)
+	}
+	// A figure left open at the end of a call comes back as an image, as a
+	// notebook shows it; a workspace file run by path runs in the
+	// session's namespace.
+	res := callOn(t, c, "run_code", map[string]any{"language": "python", "session": "b", "code": "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('from a session')"})
+	images := 0
+	for _, block := range res.Content {
+		if _, ok := block.(mcpgo.ImageContent); ok {
+			images++
+		}
+	}
+	if r := runResult(t, res); r.Status != "success" || images != 1 || r.Files == nil || len(r.Files.Created) != 1 || r.Files.Created[0] != "figure-1.png" {
+		t.Fatalf("figure: %d images, %+v\n%s", images, r, text(res))
+	}
+	callOn(t, c, "write_file", map[string]any{"path": "lib.py", "content": "def double(v):\n    return 2 * v\nloaded = True\n"})
+	if r := runResult(t, callOn(t, c, "run_code", map[string]any{"language": "python", "session": "b", "path": "lib.py"})); r.Status != "success" {
+		t.Fatalf("run lib.py in the session: %+v", r)
+	}
+	if r := sessionCall(t, c, "b", "double(21) if loaded else None"); r.Value != "42" {
+		t.Fatalf("after running lib.py: %+v", r)
 	}
 	list := structured[mcp.SessionsResult](t, callOn(t, c, "list_sessions", map[string]any{}))
 	if len(list.Sessions) != 2 || list.Sessions[0].Name != "a" || list.Sessions[0].Calls != 4 || list.Sessions[0].MemoryBytes == 0 {
@@ -418,6 +441,48 @@ func TestMCPBackgroundRun(t *testing.T) {
 	if rec.Status != "cancelled" {
 		t.Fatalf("cancel_run: %+v", rec)
 	}
+}
+
+// After kill -9 of its server, a session's sandbox ends by itself (its
+// REPL sees its stdin close), long before its age limit.
+func TestMCPSessionDiesWithServer(t *testing.T) {
+	s := newLifecycleStore(t)
+	srv, _ := s.start(t, "--pool=0")
+	inst := srv.instanceOf(t)
+	sessionCall(t, srv.client, "k", "k = 1")
+	if n := runningSandboxes(t, s.addr, inst); n != 1 {
+		t.Fatalf("%d running sandboxes, want the session's", n)
+	}
+	t0 := time.Now()
+	srv.cmd.Process.Kill()
+	srv.waitExit(t, 10*time.Second)
+	for runningSandboxes(t, s.addr, inst) > 0 {
+		if time.Since(t0) > 60*time.Second {
+			t.Fatal("the session's sandbox still runs a minute after its server died")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("session sandbox stopped %s after its server was killed", time.Since(t0))
+}
+
+// runningSandboxes counts instance's sandboxes whose task is running.
+func runningSandboxes(t *testing.T, addr, instance string) int {
+	t.Helper()
+	c, ctx := containerdClient(t, addr)
+	defer c.Close()
+	ctrs, err := c.Containers(ctx, fmt.Sprintf("labels.%q==%q", runtime.LabelInstance, instance))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ctr := range ctrs {
+		if task, err := ctr.Task(ctx, nil); err == nil {
+			if st, err := task.Status(ctx); err == nil && st.Status == containerd.Running {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // Server exit (EOF on stdin) closes every session and cancels background

@@ -1,0 +1,119 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/oci"
+)
+
+// A session's sandbox must end by itself when its server goes away, and
+// stdin cannot tell it: containerd's runc shim holds a writer on every
+// task's stdin FIFO until the task's IO is closed (CloseIO), so a server
+// that dies never makes its sandboxes see EOF. A session's sandbox has a
+// liveness FIFO instead: the server creates it in the sandbox's source dir
+// (bound read-only) owned by host root, mode 0644, so that nothing in the
+// sandbox can open it for writing, and holds it open for the session's
+// life. When the server exits or dies, the kernel closes its descriptor and
+// the sandbox's PID 1, which reads that FIFO, sees EOF.
+
+// aliveFile is the liveness FIFO, in the sandbox's source dir.
+const aliveFile = "alive"
+
+// sessionInitScript is PID 1 of a session's sandbox: initScript's deadline
+// (the first line of stdin: the session's age limit), plus the liveness
+// FIFO. Its timer is a read of that FIFO with a timeout, in PID 1 itself:
+// no child timer that a program could stop (SIGSTOP) to stall PID 1, which
+// nothing in its pid namespace can signal, and ptrace is denied. PID 1
+// kills everything at the deadline, on EOF (the server is gone), and when
+// the program (the REPL) ends, noticed within half a second.
+const sessionInitScript = `set -m
+exec 3>&2 2>/dev/null
+IFS= read -r t || exit 0
+end=$(( ${EPOCHREALTIME/./} + t ))
+exec 4<` + sandpit.SourceDir + "/" + aliveFile + `
+"$@" <&0 2>&3 3>&- 4<&- &
+p=$!
+exec 3>&-
+while kill -0 "$p"; do
+	(( ${EPOCHREALTIME/./} < end )) || break
+	read -t 0.5 -u 4 _
+	(( $? > 128 )) || break
+done
+kill -KILL -1
+wait "$p"
+exit $?`
+
+// sessionProcess is the first process of a session's sandbox: the session
+// init running waiter.py, which becomes the REPL on the session's header.
+var sessionProcess = oci.WithProcess("/tmp", "/bin/bash", "-c", sessionInitScript, "sandpit-session-init", "python3", "-c", waiterPy)
+
+// newSessionSandbox creates and starts a session's sandbox: a pooled
+// sandbox's layout (src/, ws/ as a shared mount point, fifo/) under the
+// session init, with the liveness FIFO, which alive holds open.
+func (r *Runtime) newSessionSandbox(ctx context.Context, image string) (w *warm, alive *os.File, retErr error) {
+	ctx = r.nsctx(ctx)
+	c, err := r.connect(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	img, err := r.image(ctx, c, image)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !r.hasInit(image) {
+		return nil, nil, errNoInit
+	}
+	id := "sess-" + newRunID()
+	dir := filepath.Join(r.cfg.StateDir, "runs", id)
+	w = &warm{dir: dir, created: time.Now()}
+	r.setLive(id, true)
+	defer func() {
+		if retErr != nil {
+			if alive != nil {
+				alive.Close()
+			}
+			r.destroyWarm(w)
+		}
+	}()
+	for _, d := range []string{"src", "ws", "fifo"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return w, nil, err
+		}
+	}
+	fifo := filepath.Join(dir, "src", aliveFile)
+	if err := unix.Mkfifo(fifo, 0o644); err != nil {
+		return w, nil, fmt.Errorf("session liveness fifo: %w", err)
+	}
+	if err := os.Chmod(fifo, 0o644); err != nil { // umask
+		return w, nil, err
+	}
+	// O_RDWR opens a FIFO without waiting for a reader; this descriptor is
+	// the session's only writer.
+	if alive, err = os.OpenFile(fifo, os.O_RDWR, 0); err != nil {
+		return w, nil, fmt.Errorf("session liveness fifo: %w", err)
+	}
+	ws := filepath.Join(dir, "ws")
+	if err := unix.Mount(ws, ws, "", unix.MS_BIND, ""); err != nil {
+		return w, alive, fmt.Errorf("sessions need mount privileges: %w", err)
+	}
+	if err := unix.Mount("", ws, "", unix.MS_SHARED, ""); err != nil {
+		return w, alive, fmt.Errorf("make %s shared: %w", ws, err)
+	}
+	sb, err := r.create(ctx, c, img, id, filepath.Join(dir, "fifo"), lateStdin(), r.cfg.OutputBytes+markerBytes,
+		r.initOpts(dir, sessionProcess, withSlaveBind(ws, sandpit.WorkspaceDir)))
+	if err != nil {
+		return w, alive, err
+	}
+	w.sb = sb
+	if err := r.start(ctx, sb); err != nil {
+		return w, alive, err
+	}
+	return w, alive, nil
+}
