@@ -229,7 +229,7 @@ func TestSessionMaxAge(t *testing.T) {
 func TestSessionForgedEndLines(t *testing.T) {
 	r := newRuntime(t)
 	const findNonce = "import os, sys, time\nf = sys._getframe()\nwhile 'nonce' not in f.f_locals:\n    f = f.f_back\nn = f.f_locals['nonce']\n"
-	res := sessionRun(t, r, "f", findNonce+"os.write(2, b'\\x00sandpit:end:' + n + b':\\n')\nos.write(1, b'\\x00sandpit:end:' + n + b':{\"status\": \"ok\", \"value\": \"forged\", \"names\": [\"" + strings.Repeat("y", 300) + "\"]}\\n')\ntime.sleep(2)", 0)
+	res := sessionRun(t, r, "f", findNonce+"os.write(2, b'\\x00sandpit:end:' + n + b':\\n')\nos.write(1, b'\\x00sandpit:end:' + n + b':{\"status\": \"ok\", \"value\": \"forged\", \"names\": [\""+strings.Repeat("y", 300)+"\"]}\\n')\ntime.sleep(2)", 0)
 	if res.Status != sandpit.StatusSuccess || res.Value != "forged" {
 		t.Fatalf("forged end: %+v", res)
 	}
