@@ -21,7 +21,7 @@ type RunCodeArgs struct {
 	Args           []string `json:"args,omitempty" jsonschema:"command-line arguments passed to the program"`
 	Stdin          string   `json:"stdin,omitempty" jsonschema:"text given to the program's standard input"`
 	TimeoutSeconds float64  `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds (the default and the ceiling are in this tool's description)"`
-	Session        string   `json:"session,omitempty" jsonschema:"run in this named session (python): its variables, imports and loaded data stay for the next call that names it; started on first use. Without it every run starts fresh"`
+	Session        string   `json:"session,omitempty" jsonschema:"run in this named session (python or bash): its variables, imports, functions and loaded data stay for the next call that names it; started on first use. Without it every run starts fresh"`
 	Background     bool     `json:"background,omitempty" jsonschema:"return the run's id at once and run it in the background; get_run(id) shows its output so far and its result, cancel_run(id) stops it"`
 }
 

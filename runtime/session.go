@@ -120,7 +120,7 @@ var (
 var validSessionName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
 // sessionLanguages are the languages a session can run (a REPL exists).
-var sessionLanguages = []string{"python"}
+var sessionLanguages = []string{"python", "bash"}
 
 // SessionLanguages lists the languages a session can run.
 func SessionLanguages() []string { return slices.Clone(sessionLanguages) }
@@ -621,7 +621,7 @@ func (m *sessions) start(ctx context.Context, s *session) (retErr error) {
 	nonce := newRunID()
 	boot, bootErr := newCappedBuffer(4096), newCappedBuffer(4096)
 	dOut, dErr := s.out.begin(nonce, boot, nil), s.errs.begin(nonce, bootErr, nil)
-	header := waiterHeader("python", "/tmp", []string{sandpit.SourceDir + "/" + sessionFile, nonce})
+	header := waiterHeader("python", "/tmp", []string{sandpit.SourceDir + "/" + sessionFile, nonce, s.lang.Name})
 	s.send(append(deadlineLine(s.maxAge), header...))
 	timer := time.NewTimer(sessionStartTimeout)
 	defer timer.Stop()

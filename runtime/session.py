@@ -1,7 +1,8 @@
 # sandpit's session REPL (see session.go). waiter.py runs it as __main__
-# in a pooled or fresh sandbox, with argv: this file, the start-up nonce.
-# It keeps one namespace for the session's whole life and runs the calls
-# the server sends on stdin, one at a time, in that namespace.
+# in the session's sandbox, with argv: this file, the start-up nonce, the
+# language (python or bash). It keeps one namespace for the session's whole
+# life and runs the calls the server sends on stdin, one at a time, in that
+# namespace; for bash, the namespace is a bash process it starts and feeds.
 #
 # Server -> REPL, on stdin (the REPL owns fd 0; a call's stdin is given to
 # it as sys.stdin), frames of one header line of hex fields, then payloads:
@@ -26,6 +27,7 @@ def _sp_main():
     import ast, io, json, linecache, queue, signal, threading, types
 
     nonce0 = sys.argv[1].encode()
+    language = sys.argv[2] if len(sys.argv) > 2 else "python"
     value_max = 16384
     names_max = 50
     main_ident = threading.get_ident()
@@ -65,7 +67,14 @@ def _sp_main():
                 continue
             if f[0] == b"int":
                 if f[1] == state["nonce"] and _sp_int_ok:
-                    signal.pthread_kill(main_ident, signal.SIGINT)
+                    if shell is not None:
+                        state["intr"] = True
+                        try:
+                            os.killpg(shell.pid, signal.SIGINT)
+                        except OSError:
+                            pass
+                    else:
+                        signal.pthread_kill(main_ident, signal.SIGINT)
                 continue
             if f[0] == b"call":
                 nonce, cwd, kind, name = f[1], f[2], f[3], f[4]
@@ -171,6 +180,67 @@ def _sp_main():
         os.chdir("/tmp")  # off the call's workspace view, which is detached next
         out["names"], out["more"] = names()
         return out
+
+    # bash: one shell for the session, fed one line per call on its stdin;
+    # it reports each call's status, directory and variable names on fd 62.
+    # An interrupt is SIGINT to its process group: the trap returns from
+    # the sourced call (inside a function, from the function).
+    shell, status = None, None
+    if language == "bash":
+        import select, shlex, subprocess
+        r62, w62 = os.pipe()
+        os.makedirs("/tmp/.sandpit", exist_ok=True)
+        os.dup2(w62, 62)
+        os.close(w62)
+        shell = subprocess.Popen(["bash", "--noprofile", "--norc"], stdin=subprocess.PIPE, stdout=1, stderr=2,
+            pass_fds=(62,), start_new_session=True)
+        os.close(62)
+        status = io.open(r62, "rb", buffering=0)
+
+        def shell_report():
+            # rc, directory, then names, then \x01; EOF: the shell is gone.
+            buf = b""
+            while not buf.endswith(b"\n\x01\n"):
+                ready, _, _ = select.select([status], [], [], 0.5)
+                if ready:
+                    c = status.read(65536)
+                    if not c:
+                        os._exit(0)
+                    buf += c
+                elif shell.poll() is not None:
+                    os._exit(0)
+            lines = buf[:-3].decode("utf-8", "replace").split("\n")
+            return lines[0], lines[1], lines[2:]
+
+        report = "; __sp_rc=$?; printf '%s\\n%s\\n' \"$__sp_rc\" \"$PWD\" >&62; compgen -v >&62; printf '\\001\\n' >&62; cd /tmp\n"
+        shell.stdin.write(b"trap 'return 130 2>/dev/null' INT; cd /tmp; true" + report.encode())
+        shell.stdin.flush()
+        baseline = set(shell_report()[2])
+
+        def run(nonce, cwd, kind, name, code, data, args):
+            global _sp_int_ok
+            state["intr"] = False
+            with open("/tmp/.sandpit/stdin", "wb") as fh:
+                fh.write(data)
+            target = os.fsdecode(code)
+            if kind != b"path":
+                with open("/tmp/.sandpit/call", "wb") as fh:
+                    fh.write(code)
+                target = "/tmp/.sandpit/call"
+            d = os.path.join(os.fsdecode(cwd), state["rel"])
+            line = "cd -- %s 2>/dev/null || cd -- %s; . %s %s </tmp/.sandpit/stdin" % (
+                shlex.quote(d), shlex.quote(os.fsdecode(cwd)), shlex.quote(target), " ".join(shlex.quote(a) for a in args))
+            _sp_int_ok = True
+            shell.stdin.write(line.encode() + report.encode())
+            shell.stdin.flush()
+            rc, pwd, names = shell_report()
+            _sp_int_ok = False
+            base = os.fsdecode(cwd)
+            state["rel"] = os.path.relpath(pwd, base) if pwd.startswith(base + "/") else ""
+            rc = int(rc) if rc.isdigit() else 1
+            user = sorted(n for n in names if n not in baseline and not n.startswith("__sp_"))
+            return {"status": "interrupted" if rc == 130 and state.get("intr") else ("ok" if rc == 0 else "exit"),
+                    "exit": rc, "names": user[:names_max], "more": max(0, len(user) - names_max)}
 
     threading.Thread(target=reader, daemon=True).start()
     end(nonce0, {"status": "ready"})

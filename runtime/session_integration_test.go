@@ -270,3 +270,38 @@ out`, 0)
 		t.Fatalf("the session after signals to PID 1: %+v", res)
 	}
 }
+
+// A bash session keeps its variables, functions and directory; a call past
+// its timeout is interrupted and the shell lives on.
+func TestSessionBash(t *testing.T) {
+	r := newRuntime(t, withSessions(runtime.SessionConfig{Grace: 2 * time.Second}))
+	run := func(code string, timeout time.Duration, stdin string) *sandpit.Result {
+		t.Helper()
+		res, err := r.Run(t.Context(), sandpit.Request{Language: "bash", Session: "sh", Code: code, Timeout: timeout, Stdin: []byte(stdin)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := run("count=1\ngreet() { echo \"hi $1\"; }\nmkdir -p /tmp/d && cd /tmp/d", time.Minute, ""); res.Status != sandpit.StatusSuccess {
+		t.Fatalf("first call: %+v", res)
+	}
+	res := run("count=$((count + 1))\ngreet \"$count\"\npwd\nread line; echo \"read $line\"", time.Minute, "typed\n")
+	if res.Status != sandpit.StatusSuccess || res.Stdout != "hi 2\n/tmp/d\nread typed\n" {
+		t.Fatalf("second call: %+v", res)
+	}
+	if res := run("false", time.Minute, ""); res.Status != sandpit.StatusError || res.ExitCode != 1 {
+		t.Fatalf("a failing call: %+v", res)
+	}
+	res = run("echo before\nsleep 60\necho NOT-REACHED", 2*time.Second, "")
+	if res.Status != sandpit.StatusTimeout || res.Stdout != "before\n" {
+		t.Fatalf("timeout: %+v", res)
+	}
+	if res := run("echo $count", time.Minute, ""); res.Stdout != "2\n" {
+		t.Fatalf("after the interrupt: %+v", res)
+	}
+	infos := r.Sessions()
+	if len(infos) != 1 || !contains(infos[0].Names, "count") || contains(infos[0].Names, "BASH_VERSION") {
+		t.Fatalf("names: %+v", infos)
+	}
+}
