@@ -236,8 +236,8 @@ func (b *suite) sessionMemoryNotes(ctx context.Context, cl *client.Client, what 
 	}
 }
 
-// sessionRSS describes the host RSS of every sandbox of the bench instance
-// suffix that runs more than a pooled sandbox's two processes.
+// sessionRSS describes the host RSS of every session sandbox (sess-*) of
+// the bench instance suffix.
 func (b *suite) sessionRSS(ctx context.Context, suffix string) []string {
 	var out []string
 	cl, err := b.dial()
@@ -251,13 +251,16 @@ func (b *suite) sessionRSS(ctx context.Context, suffix string) []string {
 		return nil
 	}
 	for _, c := range ctrs {
+		if !strings.HasPrefix(c.ID(), "sess-") {
+			continue // a pooled sandbox
+		}
 		task, err := c.Task(ctx, nil)
 		if err != nil {
 			continue
 		}
 		pids, err := task.Pids(ctx)
-		if err != nil || len(pids) <= 2 {
-			continue // a pooled sandbox: the init and the waiting interpreter
+		if err != nil {
+			continue
 		}
 		var parts []string
 		var total int64
