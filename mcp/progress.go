@@ -65,7 +65,7 @@ func startProgress(ctx context.Context, l *liveRun) (stop func()) {
 			elapsed := now.Sub(l.started)
 			msg := fmt.Sprintf("running for %.1f s", elapsed.Seconds())
 			if lines != "" {
-				msg += "; newest output:\n" + lines
+				msg += "; newest output:\n" + textLines(lines) // a client may show it on a terminal
 			}
 			err := srv.SendNotificationToClient(ctx, string(mcpgo.MethodNotificationProgress), map[string]any{
 				"progressToken": token,

@@ -97,7 +97,7 @@ func formatSessions(r SessionsResult) string {
 		fmt.Fprintf(&b, "%s: %s, %d calls, %s, memory %d MiB, cpu %d ms, expires %s\n",
 			s.Name, s.Language, s.Calls, state, s.MemoryBytes>>20, s.CPUUserMS+s.CPUSystemMS, s.Expires.Format(time.RFC3339))
 		if len(s.Names) > 0 {
-			fmt.Fprintf(&b, "  holds: %s%s\n", strings.Join(s.Names, ", "), andMore(s.More))
+			fmt.Fprintf(&b, "  holds: %s%s\n", textNames(s.Names), andMore(s.More))
 		}
 	}
 	return b.String()
@@ -126,7 +126,7 @@ func closeSessionTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		}
 		text := fmt.Sprintf("session %s closed after %d calls; what it held in memory is gone", info.Name, info.Calls)
 		if len(info.Names) > 0 {
-			text += ": " + strings.Join(info.Names, ", ") + andMore(info.More)
+			text += ": " + textNames(info.Names) + andMore(info.More)
 		}
 		return CloseSessionResult{Closed: info}, text + "\n", nil
 	})
@@ -140,15 +140,15 @@ func formatSession(s *sandpit.SessionResult) string {
 	var b strings.Builder
 	switch {
 	case s.Lost:
-		fmt.Fprintf(&b, "session_lost: session %s ended: %s.", s.Name, s.LostReason)
+		fmt.Fprintf(&b, "session_lost: session %s ended: %s.", textName(s.Name), textLine(s.LostReason))
 		if len(s.LostNames) > 0 {
-			fmt.Fprintf(&b, " It held %s%s: all gone.", strings.Join(s.LostNames, ", "), andMore(s.LostMore))
+			fmt.Fprintf(&b, " It held %s%s: all gone.", textNames(s.LostNames), andMore(s.LostMore))
 		}
 		b.WriteString(" A run_code with this session name starts a new, empty session.\n")
 	case s.New:
 		fmt.Fprintf(&b, "session %s: new (call 1)", s.Name)
 		if s.Previous != "" {
-			b.WriteString("; " + s.Previous)
+			b.WriteString("; " + textLine(s.Previous))
 		}
 		b.WriteString("\n")
 	default:

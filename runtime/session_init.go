@@ -18,10 +18,13 @@ import (
 // task's stdin FIFO until the task's IO is closed (CloseIO), so a server
 // that dies never makes its sandboxes see EOF. A session's sandbox has a
 // liveness FIFO instead: the server creates it in the sandbox's source dir
-// (bound read-only) owned by host root, mode 0644, so that nothing in the
-// sandbox can open it for writing, and holds it open for the session's
+// (bound read-only), so that nothing in the sandbox can open it for
+// writing, and holds it open for the session's
 // life. When the server exits or dies, the kernel closes its descriptor and
-// the sandbox's PID 1, which reads that FIFO, sees EOF.
+// the sandbox's PID 1, which reads that FIFO, sees EOF. The FIFO is mode
+// 0444 once the server has it open: even where the sandbox user is the
+// FIFO's owner (rootless, keep-id) it cannot open it for writing, nor chmod
+// it (the source dir is bound read-only).
 
 // aliveFile is the liveness FIFO, in the sandbox's source dir.
 const aliveFile = "alive"
@@ -91,13 +94,13 @@ func (r *Runtime) newSessionSandbox(ctx context.Context, image string) (w *warm,
 	if err := unix.Mkfifo(fifo, 0o644); err != nil {
 		return w, nil, fmt.Errorf("session liveness fifo: %w", err)
 	}
-	if err := os.Chmod(fifo, 0o644); err != nil { // umask
-		return w, nil, err
-	}
 	// O_RDWR opens a FIFO without waiting for a reader; this descriptor is
 	// the session's only writer.
 	if alive, err = os.OpenFile(fifo, os.O_RDWR, 0); err != nil {
 		return w, nil, fmt.Errorf("session liveness fifo: %w", err)
+	}
+	if err := os.Chmod(fifo, 0o444); err != nil {
+		return w, alive, err
 	}
 	ws := filepath.Join(dir, "ws")
 	if err := unix.Mount(ws, ws, "", unix.MS_BIND, ""); err != nil {

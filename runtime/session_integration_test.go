@@ -256,6 +256,11 @@ try:
     out.append('UNSAFE: opened for writing')
 except PermissionError:
     out.append('write refused')
+try:
+    os.chmod('/sandpit/src/alive', 0o666)
+    out.append('UNSAFE: chmod')
+except OSError:
+    out.append('chmod refused')
 for sig in (signal.SIGSTOP, signal.SIGKILL):
     try:
         os.kill(1, sig)
@@ -263,7 +268,7 @@ for sig in (signal.SIGSTOP, signal.SIGKILL):
         out.append(str(e))
 open('/proc/1/status').read().count('State:\tS') or out.append('UNSAFE: PID 1 not sleeping')
 out`, 0)
-	if res.Status != sandpit.StatusSuccess || strings.Contains(res.Value, "UNSAFE") || !strings.Contains(res.Value, "write refused") {
+	if res.Status != sandpit.StatusSuccess || strings.Contains(res.Value, "UNSAFE") || !strings.Contains(res.Value, "write refused") || !strings.Contains(res.Value, "chmod refused") {
 		t.Fatalf("liveness guard: %+v", res)
 	}
 	if res := sessionRun(t, r, "g", "'alive'", 0); res.Value != "'alive'" {
