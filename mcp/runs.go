@@ -213,17 +213,6 @@ func (rs *Runs) get(id string) *liveRun {
 	return rs.live[strings.TrimSpace(id)]
 }
 
-// list returns the runs in flight, oldest first.
-func (rs *Runs) list() []*liveRun {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	out := make([]*liveRun, 0, len(rs.live))
-	for _, l := range rs.live {
-		out = append(out, l)
-	}
-	return out
-}
-
 // runForeground runs req as a call's run: in flight under the call's
 // context, which the client's notifications/cancelled or cancel_run ends.
 func (rs *Runs) runForeground(ctx context.Context, r Runner, req sandpit.Request, progress func(*liveRun) func()) (*sandpit.Result, error) {
