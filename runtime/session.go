@@ -243,6 +243,7 @@ func (r *Runtime) runSession(ctx context.Context, req sandpit.Request) (*sandpit
 	res := &sandpit.Result{ID: id, Language: lang.Name, Started: startedAt.UTC(), Limits: r.Limits(timeout)}
 	var view sandpit.View
 	cwd := "/tmp"
+	tOpen := time.Now()
 	if req.Workspace != nil {
 		if view, err = req.Workspace.Open(ctx, id); err != nil {
 			return nil, fmt.Errorf("workspace: %w", err)
@@ -254,7 +255,7 @@ func (r *Runtime) runSession(ctx context.Context, req sandpit.Request) (*sandpit
 		}
 		cwd = sandpit.WorkspaceDir
 	}
-	res.WorkspaceOpenMS = time.Since(startedAt).Milliseconds()
+	res.WorkspaceOpenMS = time.Since(tOpen).Milliseconds()
 
 	call := r.sess.begin(s, id)
 	before, _ := r.cgroups.counters(s.cg)
@@ -275,8 +276,18 @@ func (r *Runtime) runSession(ctx context.Context, req sandpit.Request) (*sandpit
 	started := time.Now()
 	tPrep := started.Sub(startedAt)
 	deadline := started.Add(timeout)
-	s.send(callFrame(nonce, cwd, kind, fmt.Sprintf("call %d", call), code, req.Stdin, req.Args))
-	o := r.sess.await(ctx, s, nonce, dOut, dErr, deadline)
+	var o outcome
+	if ctx.Err() != nil {
+		// Cancelled before it was sent (while the session or the view was
+		// being set up): nothing of it runs.
+		s.out.abandon()
+		s.errs.abandon()
+		o = outcome{status: sandpit.StatusCancelled, exitCode: 130}
+		o.names, o.more = r.sess.namesOf(s)
+	} else {
+		s.send(callFrame(nonce, cwd, kind, fmt.Sprintf("call %d", call), code, req.Stdin, req.Args))
+		o = r.sess.await(ctx, s, nonce, dOut, dErr, deadline)
+	}
 	tCall := time.Since(started)
 	res.Duration = time.Since(started)
 	res.DurationMS = res.Duration.Milliseconds()
@@ -670,6 +681,13 @@ func (m *sessions) expiresLocked(s *session) time.Time {
 		e = s.maxAge
 	}
 	return e
+}
+
+// namesOf returns the names s held at the end of its last call.
+func (m *sessions) namesOf(s *session) ([]string, int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return s.names, s.more
 }
 
 func (m *sessions) runningOf(s *session) string {

@@ -66,9 +66,11 @@ def _sp_main():
             if not f:
                 continue
             if f[0] == b"int":
+                # Remembered for the call it names, should it not have
+                # reached the user's code yet (run checks it there).
+                state["intr"] = f[1]
                 if f[1] == state["nonce"] and _sp_int_ok:
                     if shell is not None:
-                        state["intr"] = True
                         try:
                             os.killpg(shell.pid, signal.SIGINT)
                         except OSError:
@@ -135,6 +137,8 @@ def _sp_main():
             src = code.decode("utf-8", "replace")
             linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
             _sp_int_ok = True
+            if state.get("intr") == nonce:
+                raise KeyboardInterrupt  # interrupted before it started
             tree = compile(src, filename, "exec", ast.PyCF_ONLY_AST)
             last = None
             if tree.body and isinstance(tree.body[-1], ast.Expr):
@@ -219,7 +223,6 @@ def _sp_main():
 
         def run(nonce, cwd, kind, name, code, data, args):
             global _sp_int_ok
-            state["intr"] = False
             with open("/tmp/.sandpit/stdin", "wb") as fh:
                 fh.write(data)
             target = os.fsdecode(code)
@@ -231,6 +234,9 @@ def _sp_main():
             line = "cd -- %s 2>/dev/null || cd -- %s; . %s %s </tmp/.sandpit/stdin" % (
                 shlex.quote(d), shlex.quote(os.fsdecode(cwd)), shlex.quote(target), " ".join(shlex.quote(a) for a in args))
             _sp_int_ok = True
+            if state.get("intr") == nonce:
+                _sp_int_ok = False
+                return {"status": "interrupted", "exit": 130, "names": [], "more": 0}
             shell.stdin.write(line.encode() + report.encode())
             shell.stdin.flush()
             rc, pwd, names = shell_report()
@@ -239,7 +245,7 @@ def _sp_main():
             state["rel"] = os.path.relpath(pwd, base) if pwd.startswith(base + "/") else ""
             rc = int(rc) if rc.isdigit() else 1
             user = sorted(n for n in names if n not in baseline and not n.startswith("__sp_"))
-            return {"status": "interrupted" if rc == 130 and state.get("intr") else ("ok" if rc == 0 else "exit"),
+            return {"status": "interrupted" if rc == 130 and state.get("intr") == nonce else ("ok" if rc == 0 else "exit"),
                     "exit": rc, "names": user[:names_max], "more": max(0, len(user) - names_max)}
 
     threading.Thread(target=reader, daemon=True).start()

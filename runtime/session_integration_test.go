@@ -310,3 +310,29 @@ func TestSessionBash(t *testing.T) {
 		t.Fatalf("names: %+v", infos)
 	}
 }
+
+// A cancel that lands before the call reaches the user's code (even before
+// the call is sent) stops the call, never the session.
+func TestSessionCancelEarly(t *testing.T) {
+	r := newRuntime(t)
+	sessionRun(t, r, "e", "kept = 1\nimport time", 0)
+	for i := 0; i < 8; i++ {
+		ctx, cancel := context.WithCancel(t.Context())
+		if i == 0 {
+			cancel()
+		} else {
+			time.AfterFunc(time.Duration(i-1)*time.Millisecond, cancel)
+		}
+		res, err := r.Run(ctx, sandpit.Request{Language: "python", Session: "e", Code: "time.sleep(30)", Timeout: time.Minute})
+		cancel()
+		if err != nil {
+			t.Fatalf("cancel after %d ms: %v", i-1, err)
+		}
+		if res.Status != sandpit.StatusCancelled {
+			t.Fatalf("cancel after %d ms: %s %+v", i-1, res.Status, res.Session)
+		}
+	}
+	if res := sessionRun(t, r, "e", "kept", 0); res.Value != "1" || res.Session.New {
+		t.Fatalf("the session after early cancels: %+v", res)
+	}
+}
