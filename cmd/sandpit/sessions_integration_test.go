@@ -5,10 +5,12 @@ package main
 // logged, and bounded only generously (a shared, loaded CI host).
 
 import (
+	"bufio"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,6 +21,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 	"github.com/sandpit-dev/sandpit/mcp"
 	"github.com/sandpit-dev/sandpit/runtime"
 )
@@ -507,5 +510,33 @@ func TestMCPExitClosesSessions(t *testing.T) {
 	var status string
 	if err := db.QueryRow(`SELECT status FROM runs WHERE id = ?`, bg.ID).Scan(&status); err != nil || status != "cancelled" {
 		t.Errorf("background run at exit: %q %v", status, err)
+	}
+}
+
+// `sandpit run` shows the program's output as it is written, not at the end.
+func TestRunStreamsOutput(t *testing.T) {
+	addr := testenv.Containerd(t)
+	cmd := exec.Command(binPath, "run", "--address", addr, "--no-start", "--state-dir", filepath.Join(t.TempDir(), "state"),
+		"-l", "python", "import time\nprint('first', flush=True)\ntime.sleep(3)\nprint('second')")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	first := time.Since(t0)
+	if err != nil || line != "first\n" {
+		t.Fatalf("first line %q: %v", line, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	total := time.Since(t0)
+	t.Logf("first line after %s, exit after %s", first, total)
+	if total-first < 2*time.Second {
+		t.Errorf("the first line came %s before the end, want the 3 s sleep between them", total-first)
 	}
 }
