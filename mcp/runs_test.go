@@ -202,7 +202,7 @@ func TestProgressNotifications(t *testing.T) {
 	})
 	go func() {
 		<-lr.started
-		time.Sleep(1200 * time.Millisecond)
+		time.Sleep(2 * time.Second) // generous: a loaded host delays ticks
 		close(lr.release)
 	}()
 	req := mcpgo.CallToolRequest{}
