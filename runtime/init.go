@@ -4,12 +4,15 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	coci "github.com/containerd/containerd/oci"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/oci"
@@ -31,62 +34,83 @@ var waiterPy string
 // would do nothing. PID 1 reaps orphans while it waits and exits with the
 // program's status (128 + the signal that killed it).
 //
-// It also enforces the run's deadline by itself, so that a run dies on time
-// even when its server is gone (killed, crashed). The run's limit, in
-// microseconds (the server's timeout plus initGrace), is the first line of
-// the sandbox's stdin. A cold sandbox (mode "stdin") starts with its
-// request: PID 1 reads that line itself (bash reads one byte at a time, so
-// nothing of the program's stdin is consumed) and then starts the command.
-// A pooled sandbox (mode "pool") must start its waiter ahead of the request,
-// so the waiter reads the line and hands it to PID 1 through a FIFO made at
-// start-up (mkfifo and rm run then, off the request's path). EOF instead of
-// the line means the server went away before sending a request (a pooled
-// sandbox whose server died), and the sandbox ends. At the limit, PID 1
-// kills every other process of the sandbox; nothing inside can stop that,
+// It also ends the run by itself when the server cannot: at the deadline,
+// and at once when the server goes away. The run's limit, in microseconds
+// (the server's timeout plus initGrace), is the first line of the
+// sandbox's stdin. A cold sandbox (mode "stdin") starts with its request:
+// PID 1 reads that line itself (bash reads one byte at a time, so nothing of
+// the program's stdin is consumed) and then starts the command. A pooled
+// sandbox (mode "pool") must start its waiter ahead of the request, so the
+// waiter reads the line and hands it to PID 1 through a FIFO made at
+// start-up (mkfifo and rm run then, off the request's path).
+//
+// The server's presence is the liveness FIFO (aliveFile, see makeAlive),
+// which the server alone holds open for writing: stdin cannot tell, as
+// containerd's runc shim keeps its own writer on every task's stdin. While
+// a pooled sandbox waits for its request, a watcher reads that FIFO and
+// ends the sandbox on EOF (no untrusted code runs yet). During a run, the
+// timer is a child reading the FIFO with a timeout of at most a second:
+// a timeout is a tick; EOF (the server is gone), a timer killed, or a timer
+// stopped by the program (wait returns when a job stops) ends the sandbox:
+// PID 1 kills every other process of it, and nothing inside can stop PID 1,
 // since signals from inside a pid namespace cannot kill its init.
 //
-// PID 1 waits for the program with `wait -n` beside a timer of at most a
-// second, and checks the program is still there before each wait: bash
-// may reap a program that ends between its start and the first wait (a job
-// it has already reported is not waited for again), and this bounds the
-// time such an end goes unnoticed to that second, where one long timer
-// would leave it unnoticed until the deadline. Job control (set -m) keeps
-// SIGINT and SIGQUIT at their defaults for the program, which a plain
-// background job would ignore; the program gets this stdin explicitly and
-// the original stderr, while PID 1's own (its job reports) goes to
-// /dev/null.
+// PID 1 waits for the program with wait -n beside that timer, and checks
+// the program is still there before each wait: bash may reap a program that
+// ends between its start and the first wait (a job it has already reported
+// is not waited for again), and the tick bounds how long such an end goes
+// unnoticed. Job control (set -m) keeps SIGINT and SIGQUIT at their
+// defaults for the program, which a plain background job would ignore; the
+// program gets this stdin explicitly and the original stderr, while PID 1's
+// own (its job reports) goes to /dev/null; it never gets the liveness FIFO.
 const initScript = `set -m
 exec 3>&2 2>/dev/null
 mode=$1
 shift
+exec 6<` + sandpit.SourceDir + "/" + aliveFile + ` || exit 125
 if [ "$mode" = pool ]; then
+	( IFS= read -r -u 6 _; kill -KILL -1 ) </dev/null >/dev/null &
+	iw=$!
 	f=/tmp/.sandpit-init
 	mkfifo -m 600 "$f" || exit 125
-	"$@" <&0 2>&3 3>&- 4>"$f" &
+	"$@" <&0 2>&3 3>&- 6<&- 4>"$f" &
 	p=$!
 	exec 5<"$f"
 	rm -f "$f"
 	IFS= read -r t <&5 || { wait "$p"; exit $?; }
 	exec 5<&-
+	kill -KILL "$iw"
 else
 	IFS= read -r t || exit 0
-	"$@" <&0 2>&3 3>&- &
+	"$@" <&0 2>&3 3>&- 6<&- &
 	p=$!
 fi
 end=$(( ${EPOCHREALTIME/./} + t ))
 exec 3>&-
-while :; do
-	if ! kill -0 "$p"; then wait "$p"; exit $?; fi
-	left=$(( end - ${EPOCHREALTIME/./} ))
-	if (( left <= 0 )); then kill -KILL -1; wait "$p"; exit $?; fi
-	(( left > 1000000 )) && left=1000000
-	printf -v d '%d.%06d' $(( left / 1000000 )) $(( left % 1000000 ))
-	sleep "$d" </dev/null >/dev/null &
-	w=$!
+w=
+while kill -0 "$p"; do
+	if [ -z "$w" ]; then
+		left=$(( end - ${EPOCHREALTIME/./} ))
+		if (( left <= 0 )); then kill -KILL -1; break; fi
+		(( left > 1000000 )) && left=1000000
+		printf -v d '%d.%06d' $(( left / 1000000 )) $(( left % 1000000 ))
+		( IFS= read -r -t "$d" -u 6 _ ) </dev/null >/dev/null &
+		w=$!
+	fi
+	done=
 	wait -n -p done "$p" "$w"
 	st=$?
 	if [ "$done" = "$p" ]; then kill -KILL "$w"; exit "$st"; fi
-done`
+	if [ "$done" = "$w" ]; then
+		(( st == 142 )) || { kill -KILL -1; break; }
+		w=
+	elif [ -r /proc/$w/stat ]; then
+		read -r _ _ s _ </proc/$w/stat
+		[ "$s" = T ] && { kill -KILL -1; break; }
+	fi
+done
+wait "$p"
+exit $?`
 
 // initGrace is how long after the server's own deadline PID 1 kills the
 // run: the server normally does it first, and tells a timeout from a kill.
@@ -112,6 +136,32 @@ var coldWaiterProcess = initProcess("/tmp", "stdin", "python3", "-c", waiterPy)
 func deadlineLine(deadline time.Time) []byte {
 	us := time.Until(deadline.Add(initGrace)).Microseconds()
 	return []byte(strconv.FormatInt(max(us, 100_000), 10) + "\n")
+}
+
+// aliveFile is the liveness FIFO, in the sandbox's source dir.
+const aliveFile = "alive"
+
+// makeAlive creates the liveness FIFO in src (a sandbox's source dir, bound
+// read-only) and returns its only writer, which the server holds for the
+// sandbox's life: when the server exits or dies, the kernel closes it and
+// the sandbox's readers see EOF. O_RDWR opens a FIFO without waiting for a
+// reader. The FIFO is mode 0444 once opened: even where the sandbox user is
+// its owner (rootless, keep-id) it can neither open it for writing nor
+// chmod it (the bind is read-only).
+func makeAlive(src string) (*os.File, error) {
+	fifo := filepath.Join(src, aliveFile)
+	if err := unix.Mkfifo(fifo, 0o644); err != nil {
+		return nil, fmt.Errorf("liveness fifo: %w", err)
+	}
+	f, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("liveness fifo: %w", err)
+	}
+	if err := os.Chmod(fifo, 0o444); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("liveness fifo: %w", err)
+	}
+	return f, nil
 }
 
 // initOpts are the spec options of a sandbox whose first process is the

@@ -69,10 +69,11 @@ type pool struct {
 
 // warm is one pooled sandbox, started and waiting.
 type warm struct {
-	sb      *sandbox
-	dir     string // per-sandbox host dir: src/, ws/ (shared mount point), fifo/
-	created time.Time
-	used    atomic.Bool
+	sb       *sandbox
+	liveness *os.File // the liveness FIFO's only writer (init.go)
+	dir      string   // per-sandbox host dir: src/, ws/ (shared mount point), fifo/
+	created  time.Time
+	used     atomic.Bool
 }
 
 func (r *Runtime) startPools() {
@@ -298,6 +299,10 @@ func (r *Runtime) newWarm(ctx context.Context, image string) (_ *warm, retErr er
 			return w, err
 		}
 	}
+	var err2 error
+	if w.liveness, err2 = makeAlive(filepath.Join(dir, "src")); err2 != nil {
+		return w, err2
+	}
 	// ws/ becomes a shared mount point: a mount placed on it at request
 	// time propagates into the sandbox, whose bind of it is a slave.
 	ws := filepath.Join(dir, "ws")
@@ -340,6 +345,9 @@ func (r *Runtime) destroyWarm(w *warm) {
 	ctx := r.nsctx(context.Background())
 	if w.sb != nil {
 		r.destroy(ctx, w.sb)
+	}
+	if w.liveness != nil {
+		w.liveness.Close()
 	}
 	// ws/ may still carry the workspace view: never removed recursively.
 	if err := removeRunDir(w.dir); err != nil {

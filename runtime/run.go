@@ -146,12 +146,19 @@ func (r *Runtime) runCold(ctx context.Context, client *containerd.Client, img co
 	var made []*sandbox
 	useInit := r.hasInit(lang.Image)
 	dir, err := r.prepareRunDir(id, lang, req, !useInit)
+	var alive *os.File // the liveness FIFO's writer, for the init (init.go)
+	if err == nil && useInit {
+		alive, err = makeAlive(filepath.Join(dir, "src"))
+	}
 	// Deleting sandboxes costs tens of milliseconds each: do it after the
 	// result is returned. The run dir (sources, FIFOs) goes last.
 	defer r.background(func() {
 		cctx := context.WithoutCancel(ctx)
 		for _, sb := range made {
 			r.destroy(cctx, sb)
+		}
+		if alive != nil {
+			alive.Close()
 		}
 		os.RemoveAll(dir)
 		r.setLive(id, false)

@@ -537,10 +537,16 @@ func (m *sessions) get(ctx context.Context, name string, lang *LanguageSpec) (s 
 	}
 	if s = m.open[name]; s != nil {
 		m.mu.Unlock()
+		// A ready session wins over a cancelled context (select would pick
+		// at random): the call then ends as cancelled, not as an error.
 		select {
 		case <-s.ready:
-		case <-ctx.Done():
-			return nil, false, "", fmt.Errorf("session %q: %w", name, ctx.Err())
+		default:
+			select {
+			case <-s.ready:
+			case <-ctx.Done():
+				return nil, false, "", fmt.Errorf("session %q: %w", name, ctx.Err())
+			}
 		}
 		if s.err != nil {
 			return nil, false, "", s.err

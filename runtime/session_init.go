@@ -26,9 +26,6 @@ import (
 // FIFO's owner (rootless, keep-id) it cannot open it for writing, nor chmod
 // it (the source dir is bound read-only).
 
-// aliveFile is the liveness FIFO, in the sandbox's source dir.
-const aliveFile = "alive"
-
 // sessionInitScript is PID 1 of a session's sandbox: initScript's deadline
 // (the first line of stdin: the session's age limit), plus the liveness
 // FIFO. Its timer is a read of that FIFO with a timeout, in PID 1 itself:
@@ -90,17 +87,8 @@ func (r *Runtime) newSessionSandbox(ctx context.Context, image string) (w *warm,
 			return w, nil, err
 		}
 	}
-	fifo := filepath.Join(dir, "src", aliveFile)
-	if err := unix.Mkfifo(fifo, 0o644); err != nil {
-		return w, nil, fmt.Errorf("session liveness fifo: %w", err)
-	}
-	// O_RDWR opens a FIFO without waiting for a reader; this descriptor is
-	// the session's only writer.
-	if alive, err = os.OpenFile(fifo, os.O_RDWR, 0); err != nil {
-		return w, nil, fmt.Errorf("session liveness fifo: %w", err)
-	}
-	if err := os.Chmod(fifo, 0o444); err != nil {
-		return w, alive, err
+	if alive, err = makeAlive(filepath.Join(dir, "src")); err != nil {
+		return w, nil, err
 	}
 	ws := filepath.Join(dir, "ws")
 	if err := unix.Mount(ws, ws, "", unix.MS_BIND, ""); err != nil {

@@ -632,3 +632,73 @@ func snapshotID(res *mcpgo.CallToolResult) string {
 	id, _ := m["snapshot_id"].(string)
 	return id
 }
+
+// Pooled sandboxes waiting for a request end by themselves when their
+// server dies: their init watches the server's liveness FIFO (stdin cannot
+// tell: the runc shim keeps its own writer on it).
+func TestLifecycleIdlePoolDiesWithServer(t *testing.T) {
+	s := newLifecycleStore(t)
+	a, _ := s.start(t, "--pool=2")
+	ia := a.instanceOf(t)
+	deadline := time.Now().Add(60 * time.Second)
+	for liveTasks(t, s.addr, ia) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the pool never filled")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	a.cmd.Process.Kill()
+	a.waitExit(t, 10*time.Second)
+	t0 := time.Now()
+	for liveTasks(t, s.addr, ia) > 0 {
+		if time.Since(t0) > 30*time.Second {
+			t.Fatalf("%d pooled sandboxes still running 30 s after their server died", liveTasks(t, s.addr, ia))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("pooled sandboxes ended %s after their server's kill -9", time.Since(t0).Round(time.Millisecond))
+}
+
+// liveTasks counts instance's sandboxes whose task is running.
+func liveTasks(t *testing.T, addr, instance string) int {
+	t.Helper()
+	c, ctx := containerdClient(t, addr)
+	defer c.Close()
+	ctrs, err := c.Containers(ctx, fmt.Sprintf("labels.%q==%q", runtime.LabelInstance, instance))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ctr := range ctrs {
+		if task, err := ctr.Task(ctx, nil); err == nil {
+			if st, err := task.Status(ctx); err == nil && st.Status == containerd.Running {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// A server that is frozen (SIGSTOP) still holds the liveness FIFO: then
+// the init's own deadline ends the run, at the timeout plus 2 s.
+func TestLifecycleRunDiesWithFrozenServer(t *testing.T) {
+	s := newLifecycleStore(t)
+	a, _ := s.start(t, "--pool=0")
+	ia := a.instanceOf(t)
+	t0 := time.Now()
+	a.runAsync(t, map[string]any{"language": "python", "code": "while True: pass", "timeout_seconds": 3})
+	waitRunning(t, s.addr, ia)
+	a.cmd.Process.Signal(syscall.SIGSTOP)
+	defer a.cmd.Process.Signal(syscall.SIGCONT)
+	for runningTasks(t, s.addr, ia) > 0 && time.Since(t0) < 40*time.Second {
+		time.Sleep(100 * time.Millisecond)
+	}
+	gone := time.Since(t0)
+	t.Logf("with its server frozen, the run ended %s after it started (timeout 3 s)", gone.Round(10*time.Millisecond))
+	if gone >= 40*time.Second {
+		t.Fatalf("the run is still running %s after its 3 s timeout, its server frozen", gone)
+	}
+	if gone < 3*time.Second {
+		t.Errorf("the run ended after %s, before its timeout", gone)
+	}
+}
