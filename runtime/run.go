@@ -115,7 +115,7 @@ func (r *Runtime) Run(ctx context.Context, req sandpit.Request) (*sandpit.Result
 		res.Files = changes
 	}
 	if err != nil {
-		if isUnavailable(err) {
+		if isUnavailable(err) && !errors.Is(err, ErrShimDied) {
 			r.dropClient(client)
 			return nil, &UnavailableError{Address: r.cfg.Address, Err: err}
 		}

@@ -44,9 +44,12 @@ type Config struct {
 	Address     string // containerd socket
 	Namespace   string // containerd namespace
 	Instance    string // label value that scopes the janitor; one per server
-	RuntimeName string // containerd runtime, e.g. io.containerd.runc.v2
+	RuntimeName string // containerd runtime: io.containerd.runc.v2, or sandpit (RuntimeSandpit: a shim of its own)
 	RuncBinary  string // OCI runtime binary name or path (runc, runsc…)
 	RuncRoot    string // private runc state root
+	// ShimDir holds sandpit's shim programs (containerd-shim-sandpit-v1,
+	// sandpit-shim) for RuntimeSandpit; default: beside this executable.
+	ShimDir     string
 	Snapshotter string
 	StateDir    string // per-run files and FIFOs
 
@@ -96,6 +99,9 @@ func (c *Config) Defaults() {
 	}
 	if c.RuntimeName == "" {
 		c.RuntimeName = "io.containerd.runc.v2"
+	}
+	if c.UsesShim() {
+		c.shimDefaults()
 	}
 	if c.RuncBinary == "" {
 		c.RuncBinary = "runc"
@@ -149,6 +155,8 @@ type Runtime struct {
 	pools     map[string]*pool // by image
 	pooled    map[string]*pool // by language name
 	sess      *sessions
+	shimMu    sync.Mutex // guards shim; never held across a containerd call
+	shim      *shimProc  // RuntimeSandpit: the running shim (shimproc.go)
 }
 
 // New validates the configuration. It does not connect: containerd may come
@@ -163,6 +171,11 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	if len(cfg.Languages) == 0 {
 		return nil, errors.New("no languages configured (use DefaultLanguages with the image ref)")
+	}
+	if cfg.UsesShim() {
+		if err := cfg.checkShim(); err != nil {
+			return nil, err
+		}
 	}
 	r := &Runtime{cfg: cfg, log: cfg.Logger, langs: map[string]*LanguageSpec{}, images: map[string]containerd.Image{}, inits: map[string]bool{}, live: map[string]bool{}, cgroups: newCgroupFS(), pools: map[string]*pool{}, pooled: map[string]*pool{}, closing: make(chan struct{})}
 	for i := range cfg.Languages {
@@ -195,6 +208,7 @@ func (r *Runtime) Close() error {
 		p.close()
 	}
 	r.bg.Wait()
+	r.stopShim() // after every sandbox is deleted
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.client != nil {

@@ -35,6 +35,7 @@ type sandbox struct {
 	stdin    *stdinFeed
 	stdout   *cappedBuffer
 	stderr   *cappedBuffer
+	shim     *shimProc // RuntimeSandpit: the shim serving it
 }
 
 // create makes the container and its task, wired to fresh capped output
@@ -49,10 +50,14 @@ func (r *Runtime) create(ctx context.Context, c *containerd.Client, img containe
 		GID:    sandpit.SandboxGID,
 	})}, extra...)
 	specOpts = append(specOpts, r.fallbackOpts()...) // after the process options it wraps
+	rtOpts, shim, err := r.runtimeOpts(ctx)
+	if err != nil {
+		return nil, err
+	}
 	container, err := c.NewContainer(ctx, cid,
 		containerd.WithSnapshotter(r.cfg.Snapshotter),
 		containerd.WithNewSnapshotView(cid, img, snapshots.WithLabels(labels)),
-		r.runcOptions(),
+		rtOpts,
 		containerd.WithContainerLabels(labels),
 		containerd.WithNewSpec(specOpts...),
 	)
@@ -62,7 +67,7 @@ func (r *Runtime) create(ctx context.Context, c *containerd.Client, img containe
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	sb := &sandbox{id: cid, container: container, stdin: stdin, done: make(chan struct{}),
-		stdout: newCappedBuffer(stdoutCap), stderr: newCappedBuffer(r.cfg.OutputBytes)}
+		stdout: newCappedBuffer(stdoutCap), stderr: newCappedBuffer(r.cfg.OutputBytes), shim: shim}
 	defer func() {
 		if retErr != nil {
 			r.destroy(cleanupCtx, sb)
@@ -87,7 +92,7 @@ func (r *Runtime) create(ctx context.Context, c *containerd.Client, img containe
 	}
 	sb.task, err = container.NewTask(ctx, creator)
 	if err != nil {
-		return nil, fmt.Errorf("create sandbox task: %w", err)
+		return nil, fmt.Errorf("create sandbox task: %w", shimLost(shim, err))
 	}
 	sb.exitC, err = sb.task.Wait(cleanupCtx)
 	if err != nil {
@@ -101,7 +106,7 @@ func (r *Runtime) create(ctx context.Context, c *containerd.Client, img containe
 // it explicitly, after the copier has delivered every byte.
 func (r *Runtime) start(ctx context.Context, sb *sandbox) error {
 	if err := sb.task.Start(ctx); err != nil {
-		return fmt.Errorf("start sandbox task: %w", err)
+		return fmt.Errorf("start sandbox task: %w", shimLost(sb.shim, err))
 	}
 	cleanupCtx := context.WithoutCancel(ctx)
 	go func() {
@@ -154,7 +159,7 @@ func (r *Runtime) await(ctx context.Context, sb *sandbox, deadline time.Time) (*
 	}
 	sb.finish()
 	if err := st.Error(); err != nil {
-		return nil, fmt.Errorf("wait sandbox task: %w", err)
+		return nil, fmt.Errorf("wait sandbox task: %w", shimLost(sb.shim, err))
 	}
 	// The shim closes the output FIFOs once the process's pipes are
 	// drained; wait for our copiers so the buffers are complete. Bounded:
@@ -201,6 +206,10 @@ func (r *Runtime) destroy(ctx context.Context, sb *sandbox) {
 		failed = fmt.Errorf("delete sandbox container: %w", err)
 	}
 	if failed == nil {
+		return
+	}
+	if sb.shim != nil && sb.shim.exited() {
+		r.removeAfterShimDied(ctx, sb.id)
 		return
 	}
 	if !isUnavailable(failed) {

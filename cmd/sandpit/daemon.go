@@ -28,7 +28,8 @@ func containerdFlags() []cli.Flag {
 		privateDirFlag(),
 		privateRootFlag(),
 		&cli.BoolFlag{Name: "no-start", Usage: "never start a private containerd"},
-		&cli.StringFlag{Name: "runtime", Value: "io.containerd.runc.v2", Usage: "containerd runtime (shim) name"},
+		&cli.StringFlag{Name: "runtime", Value: "io.containerd.runc.v2", Usage: "containerd runtime (shim): io.containerd.runc.v2, or sandpit (sandpit's own shim: one process per instance serving every sandbox)"},
+		&cli.StringFlag{Name: "shim-dir", Usage: "where containerd-shim-sandpit-v1 and sandpit-shim are, for --runtime sandpit (default: beside this binary)", EnvVars: []string{"SANDPIT_SHIM_DIR"}},
 		&cli.StringFlag{Name: "runc-binary", Value: "runc", Usage: "OCI runtime binary for the shim: runc, or runsc (gVisor) where installed"},
 		&cli.StringFlag{Name: "state-dir", Value: "/run/sandpit/state", Usage: "per-instance state: run files, FIFOs, workspace views, instance locks"},
 		&cli.BoolFlag{Name: "userns", Value: true, Usage: "run sandboxes in a user namespace mapped to an unprivileged host range"},
@@ -76,6 +77,7 @@ func runtimeConfig(c *cli.Context, addr string) runtime.Config {
 		Namespace:   c.String("namespace"),
 		RuntimeName: c.String("runtime"),
 		RuncBinary:  c.String("runc-binary"),
+		ShimDir:     c.String("shim-dir"),
 		Languages:   runtime.Languages(mustCatalog(c)),
 		Limits: oci.Limits{
 			MemoryBytes: c.Int64("memory-mb") << 20,

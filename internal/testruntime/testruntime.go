@@ -7,6 +7,8 @@
 package testruntime
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/sandpit-dev/sandpit/internal/testenv"
@@ -24,7 +26,27 @@ func Config(t testing.TB) runtime.Config {
 		StateDir:  t.TempDir(),
 		Languages: runtime.DefaultLanguages(testenv.Image()),
 		UserNS:    testenv.IDMap(),
+		// SANDPIT_TEST_RUNTIME picks the shim every test runs under
+		// (scripts/test.sh runs the runtime tests under both).
+		RuntimeName: os.Getenv(EnvRuntime),
+		ShimDir:     ShimDir(),
 	}
+}
+
+// EnvRuntime names the containerd runtime tests run sandboxes under:
+// io.containerd.runc.v2 (the default) or sandpit (runtime.RuntimeSandpit).
+const EnvRuntime = "SANDPIT_TEST_RUNTIME"
+
+// ShimDir is where tests find sandpit's shim programs: SANDPIT_SHIM_DIR,
+// else beside SANDPIT_BIN (scripts/test.sh builds them all into bin/).
+func ShimDir() string {
+	if d := os.Getenv("SANDPIT_SHIM_DIR"); d != "" {
+		return d
+	}
+	if b := os.Getenv("SANDPIT_BIN"); b != "" {
+		return filepath.Dir(b)
+	}
+	return ""
 }
 
 // New is a runtime built from Config after mods; it is closed when the

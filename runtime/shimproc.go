@@ -1,0 +1,302 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/api/types/runc/options"
+
+	"github.com/sandpit-dev/sandpit"
+)
+
+// sandpit's own runtime: a shim of its own (package runtime/shim, binary
+// sandpit-shim), one long-lived process per Runtime serving all its
+// sandboxes, registered with containerd by the absolute path of
+// containerd-shim-sandpit-v1, the runtime binary containerd execs for every
+// task (start prints the shim's address from the runtime options; delete
+// does nothing). No daemon configuration is involved.
+
+// RuntimeSandpit selects sandpit's own shim (Config.RuntimeName); the
+// containerd-style name io.containerd.sandpit.v1 means the same.
+const RuntimeSandpit = "sandpit"
+
+// The two programs of sandpit's runtime, found in Config.ShimDir.
+const (
+	ShimRuntimeBinary = "containerd-shim-sandpit-v1"
+	ShimDaemonBinary  = "sandpit-shim"
+)
+
+// ErrShimDied: the shim serving a sandbox exited while it was in use.
+var ErrShimDied = sandpit.Define(sandpit.ErrUnavailable, "the sandbox shim died")
+
+// UsesShim reports whether sandboxes run under sandpit's own shim.
+func (c *Config) UsesShim() bool {
+	return c.RuntimeName == RuntimeSandpit || c.RuntimeName == "io.containerd.sandpit.v1"
+}
+
+// shimDefaults finds the shim's programs: beside this executable unless
+// ShimDir says otherwise.
+func (c *Config) shimDefaults() {
+	if c.ShimDir == "" {
+		if self, err := os.Executable(); err == nil {
+			c.ShimDir = filepath.Dir(self)
+		}
+	}
+}
+
+// checkShim says what is missing before anything runs.
+func (c *Config) checkShim() error {
+	for _, name := range []string{ShimRuntimeBinary, ShimDaemonBinary} {
+		p := filepath.Join(c.ShimDir, name)
+		if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 || !filepath.IsAbs(p) {
+			return sandpit.WithHint(fmt.Errorf("runtime %s needs %s: %w", RuntimeSandpit, p, errors.Join(ErrUnavailable, errors.New("not an executable at an absolute path"))),
+				"build it with `go build -tags seccomp,runc_nocriu -o bin/ ./cmd/...` (scripts/serve.sh does), or point --shim-dir at it; --runtime io.containerd.runc.v2 runs without it")
+		}
+	}
+	return nil
+}
+
+// shimProc is one running sandpit-shim.
+type shimProc struct {
+	pid     int
+	sock    string   // task API socket
+	root    string   // its state dir
+	owner   *os.File // the write end of its stdin: closing it stops the shim
+	done    chan struct{}
+	err     error // how it exited, once done is closed
+	started time.Time
+	// stopping is set when the runtime closes it on purpose.
+	stopping bool
+}
+
+func (s *shimProc) exited() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// exitError describes a shim that died under a run.
+func (s *shimProc) exitError(cause error) error {
+	how := "exited"
+	if s.err != nil {
+		how = s.err.Error()
+	}
+	return sandpit.WithHint(fmt.Errorf("%w: sandpit-shim (pid %d) %s while the sandbox was in use; the run is lost (%v)", ErrShimDied, s.pid, how, cause),
+		fmt.Sprintf("run it again: a fresh shim is started; its log is %s", filepath.Join(s.root, "shim.log")))
+}
+
+// shimRoot is the state dir of the runtime's shim.
+func (r *Runtime) shimRoot() string { return filepath.Join(r.cfg.StateDir, "shim") }
+
+// ensureShim returns the running shim, starting one when there is none or
+// the last one died. A fresh shim destroys what a dead one left in its root
+// before it serves.
+func (r *Runtime) ensureShim() (*shimProc, error) {
+	r.shimMu.Lock()
+	defer r.shimMu.Unlock()
+	if s := r.shim; s != nil && !s.exited() {
+		return s, nil
+	}
+	select {
+	case <-r.closing:
+		return nil, fmt.Errorf("%w: the runtime is closing", ErrUnavailable)
+	default:
+	}
+	s, err := r.startShim()
+	if err != nil {
+		return nil, err
+	}
+	r.shim = s
+	return s, nil
+}
+
+func (r *Runtime) startShim() (_ *shimProc, retErr error) {
+	root := r.shimRoot()
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, fmt.Errorf("shim state dir: %w", err)
+	}
+	sock := filepath.Join(root, "shim.sock")
+	if len(sock) > 100 {
+		return nil, fmt.Errorf("shim socket path %s is too long for a unix socket: use a shorter --state-dir", sock)
+	}
+	os.Remove(sock)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("shim socket: %w", err)
+	}
+	l.SetUnlinkOnClose(false) // the shim keeps serving on it
+	lf, err := l.File()
+	l.Close()
+	if err != nil {
+		return nil, fmt.Errorf("shim socket: %w", err)
+	}
+	defer lf.Close()
+	logf, err := os.OpenFile(filepath.Join(root, "shim.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("shim log: %w", err)
+	}
+	defer logf.Close()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer pr.Close()
+	// The shim closes its end of this pipe once it serves, after it
+	// destroyed what a dead shim left in root.
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		pw.Close()
+		return nil, err
+	}
+	defer readyR.Close()
+	cmd := exec.Command(filepath.Join(r.cfg.ShimDir, ShimDaemonBinary),
+		"-namespace", r.cfg.Namespace,
+		"-ttrpc-address", r.cfg.Address+".ttrpc",
+		"-root", root,
+		"-runc", r.cfg.RuncBinary,
+	)
+	cmd.Dir = root
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = pr, logf, logf
+	cmd.ExtraFiles = []*os.File{lf, readyW}
+	// Its own session: a ^C to sandpit's process group must not take the
+	// shim down before sandpit has removed its sandboxes.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	readyW.Close()
+	if err != nil {
+		pw.Close()
+		return nil, fmt.Errorf("start %s: %w", ShimDaemonBinary, err)
+	}
+	s := &shimProc{pid: cmd.Process.Pid, sock: sock, root: root, owner: pw, done: make(chan struct{}), started: time.Now()}
+	go func() {
+		s.err = cmd.Wait()
+		close(s.done)
+		r.shimMu.Lock()
+		stopping := s.stopping
+		r.shimMu.Unlock()
+		if !stopping {
+			r.log.Error("sandpit-shim died; runs in it are lost, a fresh one starts with the next sandbox", "pid", s.pid, "err", s.err, "log", filepath.Join(root, "shim.log"))
+			r.shimDied(s)
+		}
+	}()
+	// Wait for it to serve: EOF on the pipe (it closed its end, or died).
+	readyR.SetReadDeadline(time.Now().Add(shimStartTimeout))
+	var b [1]byte
+	if _, err := readyR.Read(b[:]); err != nil && !errors.Is(err, io.EOF) {
+		syscall.Kill(s.pid, syscall.SIGKILL)
+		return nil, fmt.Errorf("%s did not start within %s: %w (see %s)", ShimDaemonBinary, shimStartTimeout, err, filepath.Join(root, "shim.log"))
+	}
+	if s.exited() {
+		return nil, fmt.Errorf("%s exited at start: %v (see %s)", ShimDaemonBinary, s.err, filepath.Join(root, "shim.log"))
+	}
+	r.log.Debug("started sandpit-shim", "pid", s.pid, "socket", sock)
+	return s, nil
+}
+
+// shimDied drops the pooled sandboxes the dead shim held and starts a
+// fresh shim at once, which destroys what the dead one left (its
+// containers still run). A shim that dies right after it started is not
+// restarted eagerly: the next sandbox tries again.
+func (r *Runtime) shimDied(s *shimProc) {
+	if time.Since(s.started) > shimStartTimeout {
+		r.background(func() {
+			if _, err := r.ensureShim(); err != nil {
+				r.log.Warn("cannot start a fresh sandpit-shim", "err", err)
+			}
+		})
+	}
+	for _, p := range r.pools {
+		p.flush()
+	}
+}
+
+// shimStartTimeout bounds a shim's start, its clean-up of a dead one's
+// leftovers included.
+const shimStartTimeout = 20 * time.Second
+
+// stopShim ends the shim once every sandbox is deleted: it kills and
+// deletes whatever it still holds when its stdin closes.
+func (r *Runtime) stopShim() {
+	r.shimMu.Lock()
+	s := r.shim
+	r.shim = nil
+	if s != nil {
+		s.stopping = true
+	}
+	r.shimMu.Unlock()
+	if s == nil {
+		return
+	}
+	s.owner.Close()
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		r.log.Warn("sandpit-shim did not exit 10 s after its owner closed it; killing it", "pid", s.pid)
+		syscall.Kill(s.pid, syscall.SIGKILL)
+		<-s.done
+	}
+}
+
+// runtimeOpts registers the sandbox's runtime with containerd: the runc
+// shim by name, or sandpit's shim by the absolute path of its runtime
+// binary, with the address of the shim to use.
+func (r *Runtime) runtimeOpts(ctx context.Context) (containerd.NewContainerOpts, *shimProc, error) {
+	if !r.cfg.UsesShim() {
+		return r.runcOptions(), nil, nil
+	}
+	s, err := r.ensureShim()
+	if err != nil {
+		return nil, nil, err
+	}
+	return containerd.WithRuntime(filepath.Join(r.cfg.ShimDir, ShimRuntimeBinary), &options.Options{
+		BinaryName:     r.cfg.RuncBinary,
+		Root:           filepath.Join(s.root, "runc"),
+		TaskApiAddress: "unix://" + s.sock,
+	}), s, nil
+}
+
+// shimLost turns the error of a sandbox whose shim died into ErrShimDied.
+// containerd may report the broken connection before our wait on the
+// process returns: a moment is allowed for that.
+func shimLost(s *shimProc, err error) error {
+	if s == nil || err == nil {
+		return err
+	}
+	select {
+	case <-s.done:
+		return s.exitError(err)
+	case <-time.After(2 * time.Second):
+		return err
+	}
+}
+
+// removeAfterShimDied removes a sandbox whose shim died: containerd drops
+// the task once it has run its dead-shim clean-up (the runtime binary's
+// delete), and only then lets the container go. The fresh shim destroys
+// the container's processes and state.
+func (r *Runtime) removeAfterShimDied(ctx context.Context, id string) {
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		if err = r.removeOnce(ctx, id); err == nil {
+			return
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-r.closing:
+			deadline = time.Time{}
+		}
+	}
+	r.log.Warn("sandbox of a dead shim not removed; the janitor will", "id", id, "err", err)
+}
