@@ -384,7 +384,7 @@ func (r *Runtime) usage(ctx context.Context, task containerd.Task) sandpit.Usage
 	}
 	// containerd's default spec puts the sandbox at /<namespace>/<id>;
 	// rootless, that path is relative to the daemon's delegated cgroup.
-	if u, ok := r.cgroups.usage(f.cgroupParent + "/" + r.cfg.Namespace + "/" + task.ID()); ok {
+	if u, ok := r.cgroups.usage(f.cgroupParent + r.cgroupPath(task.ID())); ok {
 		return u
 	}
 	m, err := task.Metrics(ctx)

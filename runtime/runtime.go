@@ -49,9 +49,14 @@ type Config struct {
 	RuncRoot    string // private runc state root
 	// ShimDir holds sandpit's shim programs (containerd-shim-sandpit-v1,
 	// sandpit-shim) for RuntimeSandpit; default: beside this executable.
-	ShimDir     string
-	Snapshotter string
-	StateDir    string // per-run files and FIFOs
+	ShimDir string
+	// CgroupParent, when set, is the cgroup every sandbox's cgroup is
+	// created under (<parent>/<id>) instead of /<namespace>/<id>; ShimCgroup
+	// is where shims go (see cgroupparent.go). Not for rootless daemons.
+	CgroupParent string
+	ShimCgroup   string
+	Snapshotter  string
+	StateDir     string // per-run files and FIFOs
 
 	Languages []LanguageSpec
 	Limits    oci.Limits
@@ -175,6 +180,11 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.UsesShim() {
 		if err := cfg.checkShim(); err != nil {
 			return nil, err
+		}
+	}
+	if cfg.ShimCgroup != "" {
+		if _, err := ensureCgroup(cfg.ShimCgroup); err != nil {
+			return nil, fmt.Errorf("shim cgroup: %w", err)
 		}
 	}
 	r := &Runtime{cfg: cfg, log: cfg.Logger, langs: map[string]*LanguageSpec{}, images: map[string]containerd.Image{}, inits: map[string]bool{}, live: map[string]bool{}, cgroups: newCgroupFS(), pools: map[string]*pool{}, pooled: map[string]*pool{}, closing: make(chan struct{})}
@@ -408,5 +418,6 @@ func (r *Runtime) runcOptions() containerd.NewContainerOpts {
 	return containerd.WithRuntime(r.cfg.RuntimeName, &options.Options{
 		BinaryName: r.cfg.RuncBinary,
 		Root:       r.cfg.RuncRoot,
+		ShimCgroup: r.cfg.ShimCgroup,
 	})
 }

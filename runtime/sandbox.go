@@ -49,6 +49,7 @@ func (r *Runtime) create(ctx context.Context, c *containerd.Client, img containe
 		UID:    sandpit.SandboxUID,
 		GID:    sandpit.SandboxGID,
 	})}, extra...)
+	specOpts = append(specOpts, r.withCgroupParent())
 	specOpts = append(specOpts, r.fallbackOpts()...) // after the process options it wraps
 	rtOpts, shim, err := r.runtimeOpts(ctx)
 	if err != nil {

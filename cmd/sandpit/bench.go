@@ -35,6 +35,9 @@ Needs root and containerd; cleans up everything it created. Example:
 			&cli.StringFlag{Name: "host-python", Value: "/usr/bin/python3", Usage: "the host interpreter (the python3 on PATH may be a slow shim)"},
 			&cli.StringFlag{Name: "docker-image", Value: "python:3.11-slim", Usage: "image for docker-run and podman-run"},
 			&cli.DurationFlag{Name: "budget", Value: 15 * time.Minute, Usage: "stop starting rounds after this long"},
+			&cli.IntFlag{Name: "burst", Value: 20, Usage: "calls back to back, no gap, as an agent's burst (python; 0: none)"},
+			&cli.IntFlag{Name: "burst-rounds", Value: 3, Usage: "bursts per comparator"},
+			&cli.DurationFlag{Name: "burst-pause", Value: 3 * time.Second, Usage: "untimed pause before each burst"},
 		),
 		Action: runBench,
 	}
@@ -65,19 +68,24 @@ func runBench(c *cli.Context) error {
 	if c.String("catalog") != "" { // the same languages on the same images
 		serveArgs = append(serveArgs, "--catalog="+c.String("catalog"))
 	}
-	prefix := "bench"
+	// Labels and dirs of this bench alone: two benches on one host (or one
+	// beside a test) must never sweep each other's sandboxes.
+	prefix := fmt.Sprintf("bench-%d", os.Getpid())
 	if c.IsSet("instance") {
 		prefix = c.String("instance")
 	}
 	report, err := bench.Run(ctx, bench.SuiteConfig{
 		Runtime:     runtimeConfig(c, addr),
-		Dir:         filepath.Join(c.String("state-dir"), "bench"),
+		Dir:         filepath.Join(c.String("state-dir"), prefix),
 		Prefix:      prefix,
 		Only:        c.StringSlice("only"),
 		Languages:   c.StringSlice("language"),
 		HostPython:  c.String("host-python"),
 		DockerImage: c.String("docker-image"),
 		Concurrency: concurrency,
+		Burst:       c.Int("burst"),
+		BurstRounds: c.Int("burst-rounds"),
+		BurstPause:  c.Duration("burst-pause"),
 		Options:     bench.Options{N: c.Int("n"), Warmup: c.Int("warmup"), Budget: c.Duration("budget"), Gap: c.Duration("gap")},
 		ServeBinary: self,
 		ServeArgs:   serveArgs,

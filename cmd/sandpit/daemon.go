@@ -29,6 +29,8 @@ func containerdFlags() []cli.Flag {
 		privateRootFlag(),
 		&cli.BoolFlag{Name: "no-start", Usage: "never start a private containerd"},
 		&cli.StringFlag{Name: "runtime", Value: "io.containerd.runc.v2", Usage: "containerd runtime (shim): io.containerd.runc.v2, or sandpit (sandpit's own shim: one process per instance serving every sandbox)"},
+		&cli.StringFlag{Name: "cgroup-parent", Usage: "cgroup under which each sandbox's cgroup is created (default: /<namespace>/<id>, containerd's)"},
+		&cli.StringFlag{Name: "shim-cgroup", Usage: "cgroup the shims are moved into (default: where they start)"},
 		&cli.StringFlag{Name: "shim-dir", Usage: "where containerd-shim-sandpit-v1 and sandpit-shim are, for --runtime sandpit (default: beside this binary)", EnvVars: []string{"SANDPIT_SHIM_DIR"}},
 		&cli.StringFlag{Name: "runc-binary", Value: "runc", Usage: "OCI runtime binary for the shim: runc, or runsc (gVisor) where installed"},
 		&cli.StringFlag{Name: "state-dir", Value: "/run/sandpit/state", Usage: "per-instance state: run files, FIFOs, workspace views, instance locks"},
@@ -73,12 +75,14 @@ func connectImages(c *cli.Context) (*images.Store, error) {
 // sets Instance and StateDir (see newRuntime).
 func runtimeConfig(c *cli.Context, addr string) runtime.Config {
 	cfg := runtime.Config{
-		Address:     addr,
-		Namespace:   c.String("namespace"),
-		RuntimeName: c.String("runtime"),
-		RuncBinary:  c.String("runc-binary"),
-		ShimDir:     c.String("shim-dir"),
-		Languages:   runtime.Languages(mustCatalog(c)),
+		Address:      addr,
+		Namespace:    c.String("namespace"),
+		RuntimeName:  c.String("runtime"),
+		RuncBinary:   c.String("runc-binary"),
+		ShimDir:      c.String("shim-dir"),
+		CgroupParent: c.String("cgroup-parent"),
+		ShimCgroup:   c.String("shim-cgroup"),
+		Languages:    runtime.Languages(mustCatalog(c)),
 		Limits: oci.Limits{
 			MemoryBytes: c.Int64("memory-mb") << 20,
 			PidsMax:     c.Int64("pids"),

@@ -44,6 +44,18 @@ type Comparator struct {
 	// Run runs the program once and returns an error unless it succeeded
 	// with the expected output. It must be safe for concurrent use.
 	Run func(ctx context.Context) error
+	// CPU, when set, reads the cumulative CPU time of what only this path
+	// runs (its cgroup: a server, its shims, its sandboxes); see cpu.go.
+	CPU func() (time.Duration, error)
+	// Settle, when set, waits for the background work of earlier runs
+	// (an in-process runtime deleting sandboxes).
+	Settle func()
+	// NoCPU: this path runs processes the bench cannot account (ctr's
+	// shims), so no CPU per run is reported for it.
+	NoCPU bool
+	// Containerd: the path goes through containerd, whose CPU during its
+	// rounds is charged to it.
+	Containerd bool
 }
 
 // Options bound a measurement.
@@ -56,6 +68,10 @@ type Options struct {
 	// Gap is an untimed pause before each run, the way an agent's calls
 	// arrive with the model's turn in between; 0 runs back to back.
 	Gap time.Duration
+	// Shared, when set, reads the CPU that paths share (containerd, this
+	// process and its reaped children): throughput charges it to the
+	// comparator whose round runs.
+	Shared func() (daemon, self time.Duration)
 }
 
 func (o Options) runTimeout() time.Duration {
@@ -120,6 +136,12 @@ func MeasureLatency(ctx context.Context, comps []Comparator, opt Options) []Late
 			samples[i] = append(samples[i], d)
 		}
 	}
+	return summarizeLatency(comps, samples, errs, nerr)
+}
+
+// summarizeLatency turns samples into the Latency rows, with ratios to the
+// baselines of each group.
+func summarizeLatency(comps []Comparator, samples [][]time.Duration, errs []error, nerr []int) []Latency {
 	out := make([]Latency, len(comps))
 	medians := make([]float64, len(comps)) // unrounded, for the ratios
 	for i, c := range comps {
@@ -175,6 +197,14 @@ type Throughput struct {
 	RunsPerSec  float64  `json:"runs_per_sec"`
 	VsHost      *float64 `json:"vs_host,omitempty"` // runs/s ÷ the host baseline's runs/s
 	VsRunc      *float64 `json:"vs_runc,omitempty"`
+	// CPU per successful run, milliseconds: everything (CPUMS), of which
+	// the path's own cgroup, containerd, and this process with its reaped
+	// children (see cpu.go). Absent when it cannot be accounted.
+	CPUMS           *float64 `json:"cpu_ms_per_run,omitempty"`
+	CPUCgroupMS     *float64 `json:"cpu_cgroup_ms_per_run,omitempty"`
+	CPUContainerdMS *float64 `json:"cpu_containerd_ms_per_run,omitempty"`
+	CPUCallerMS     *float64 `json:"cpu_caller_ms_per_run,omitempty"`
+	CPUVsRunc       *float64 `json:"cpu_vs_runc,omitempty"` // CPU per run ÷ runc run's
 }
 
 // rounds splits a throughput measurement so that comparators alternate.
@@ -189,6 +219,9 @@ func MeasureThroughput(ctx context.Context, comps []Comparator, concurrency, cou
 	for i, c := range comps {
 		out[i] = Throughput{Name: c.Name, Group: c.Group, Concurrency: concurrency}
 	}
+	cpu := newCPUTally(comps, opt.Shared)
+	cpu.quiesce(ctx, -1)
+	cpu.begin()
 	start := time.Now()
 	for round := range rounds {
 		per := count / rounds
@@ -200,6 +233,7 @@ func MeasureThroughput(ctx context.Context, comps []Comparator, concurrency, cou
 				break
 			}
 			i := (round + k) % len(comps)
+			s0 := cpu.shared()
 			d, ok, nerr, err := parallel(ctx, comps[i], concurrency, per, opt.runTimeout())
 			elapsed[i] += d
 			out[i].Runs += ok
@@ -207,8 +241,16 @@ func MeasureThroughput(ctx context.Context, comps []Comparator, concurrency, cou
 			if err != nil && out[i].FirstError == "" {
 				out[i].FirstError = err.Error()
 			}
+			// The round's background work (deletions, refills) is its own.
+			if comps[i].Settle != nil {
+				comps[i].Settle()
+			}
+			cpu.quiesce(ctx, i)
+			cpu.charge(i, s0)
 		}
 	}
+	cpu.end()
+	cpu.report(out)
 	rates := make([]float64, len(comps))
 	for i := range out {
 		out[i].Seconds = round3(elapsed[i].Seconds())
@@ -272,4 +314,43 @@ func CheckOutput(got, want string) error {
 		got = got[:200] + "…"
 	}
 	return fmt.Errorf("%w: got %q, want %q", ErrOutput, got, want)
+}
+
+// MeasureBurst runs each comparator n times back to back with no gap, as an
+// agent's burst of calls arrives, after an untimed pause that lets pools
+// refill; rounds times each, in shuffled order. Every call's latency counts.
+func MeasureBurst(ctx context.Context, comps []Comparator, n, rounds int, pause time.Duration, opt Options) []Latency {
+	samples := make([][]time.Duration, len(comps))
+	errs := make([]error, len(comps))
+	nerr := make([]int, len(comps))
+	rng := rand.New(rand.NewPCG(3, 4))
+	order := make([]int, len(comps))
+	for i := range order {
+		order[i] = i
+	}
+	start := time.Now()
+	for range rounds {
+		rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+		for _, i := range order {
+			if ctx.Err() != nil || opt.Budget > 0 && time.Since(start) > opt.Budget {
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(pause):
+			}
+			for range n {
+				d, err := timeRun(ctx, comps[i], opt.runTimeout())
+				if err != nil {
+					nerr[i]++
+					if errs[i] == nil {
+						errs[i] = err
+					}
+					continue
+				}
+				samples[i] = append(samples[i], d)
+			}
+		}
+	}
+	return summarizeLatency(comps, samples, errs, nerr)
 }

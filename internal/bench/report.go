@@ -62,6 +62,8 @@ type Report struct {
 	Warmup      int           `json:"warmup"`
 	GapMS       int64         `json:"gap_ms"`
 	Latency     []Latency     `json:"latency"`
+	Burst       []Latency     `json:"burst,omitempty"` // every call of BurstCalls back to back
+	BurstCalls  int           `json:"burst_calls,omitempty"`
 	Throughput  []Throughput  `json:"throughput,omitempty"`
 	Unavailable []Unavailable `json:"unavailable,omitempty"`
 	// Leftovers lists what the run left behind; it is empty after a clean run.
@@ -106,13 +108,24 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	tw.Flush()
 
-	if len(r.Throughput) > 0 {
-		fmt.Fprintln(bw, "\nthroughput (concurrent clients, alternating rounds)")
+	if len(r.Burst) > 0 {
+		fmt.Fprintf(bw, "\nbursts (%d calls back to back, no gap; every call counted)\n", r.BurstCalls)
 		tw = tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "%-*s\tgroup\tclients\truns\terrors\tseconds\truns/s\t× host\t× runc\t\n", w0, "name")
+		fmt.Fprintf(tw, "%-*s\tgroup\tn\terrors\tmedian ms\tp90 ms\tmin ms\tmax ms\t× host\t× runc\t\n", w0, "name")
+		for _, l := range r.Burst {
+			fmt.Fprintf(tw, "%-*s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", w0, l.Name, l.Group, l.N, l.Errors,
+				num(l.MedianMS, l.N), num(l.P90MS, l.N), num(l.MinMS, l.N), num(l.MaxMS, l.N), rat(l.VsHost), rat(l.VsRunc))
+		}
+		tw.Flush()
+	}
+
+	if len(r.Throughput) > 0 {
+		fmt.Fprintln(bw, "\nthroughput (concurrent clients, alternating rounds; CPU per run: the path's cgroup + containerd + this process and its children, during its rounds)")
+		tw = tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "%-*s\tgroup\tclients\truns\terrors\tseconds\truns/s\t× host\t× runc\tCPU ms/run\tcgroup\tcontainerd\tcaller\tCPU × runc\t\n", w0, "name")
 		for _, t := range r.Throughput {
-			fmt.Fprintf(tw, "%-*s\t%s\t%d\t%d\t%d\t%.2f\t%.2f\t%s\t%s\t\n", w0, t.Name, t.Group, t.Concurrency, t.Runs, t.Errors,
-				t.Seconds, t.RunsPerSec, rat(t.VsHost), rat(t.VsRunc))
+			fmt.Fprintf(tw, "%-*s\t%s\t%d\t%d\t%d\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", w0, t.Name, t.Group, t.Concurrency, t.Runs, t.Errors,
+				t.Seconds, t.RunsPerSec, rat(t.VsHost), rat(t.VsRunc), opt1(t.CPUMS), opt1(t.CPUCgroupMS), opt1(t.CPUContainerdMS), opt1(t.CPUCallerMS), rat(t.CPUVsRunc))
 		}
 		tw.Flush()
 	}
@@ -121,6 +134,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	for _, l := range r.Latency {
 		if l.FirstError != "" {
 			failed = append(failed, fmt.Sprintf("  %s: %s", l.Name, l.FirstError))
+		}
+	}
+	for _, l := range r.Burst {
+		if l.FirstError != "" {
+			failed = append(failed, fmt.Sprintf("  %s (burst): %s", l.Name, l.FirstError))
 		}
 	}
 	for _, t := range r.Throughput {
@@ -154,6 +172,13 @@ func num(v float64, n int) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.1f", v)
+}
+
+func opt1(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", *v)
 }
 
 func rat(r *float64) string {

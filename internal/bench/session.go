@@ -96,7 +96,7 @@ func (b *suite) sessionComparators(ctx context.Context, group string, want func(
 // sessionServer starts (once) the `sandpit serve` the session rows use.
 func (b *suite) sessionServer(ctx context.Context) (*client.Client, error) {
 	b.sessOnce.Do(func() {
-		b.sessClient, b.sessErr = b.startServer(ctx, "sandpit-mcp-session", []string{"--pool=2", "--max-sessions=8"})
+		b.sessClient, b.sessErr = b.startServer(ctx, "sandpit-mcp-session", []string{"--pool=2", "--max-sessions=8"}, nil)
 		if b.sessErr == nil {
 			cl := b.sessClient
 			b.closers = append(b.closers, func(context.Context) error { return cl.Close() })

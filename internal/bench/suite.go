@@ -50,6 +50,12 @@ type SuiteConfig struct {
 	HostPython  string // the host interpreter
 	DockerImage string // for docker-run and podman-run
 	Concurrency []int  // 1: latency; N>1: throughput with N clients
+	// Burst calls back to back (0: none), BurstRounds times per
+	// comparator, after BurstPause; python comparators only, engines
+	// (ctr, docker, podman) left out.
+	Burst       int
+	BurstRounds int
+	BurstPause  time.Duration
 	Options     Options
 	// Serve starts `sandpit serve` for the MCP comparators: the binary and
 	// the arguments (the runtime flags; the suite adds its own instance,
@@ -85,6 +91,7 @@ type suite struct {
 	closers   []func(context.Context) error
 	report    Report
 	seq       atomic.Int64
+	cgroups   *Cgroups // nil: CPU per run is not measured
 
 	sessOnce   sync.Once
 	sessClient *client.Client
@@ -115,11 +122,24 @@ func Run(ctx context.Context, cfg SuiteConfig) (*Report, error) {
 	}
 	defer b.close()
 
+	if cg, err := NewCgroups(fmt.Sprintf("%s-%d", b.prefix, os.Getpid())); err != nil {
+		b.report.Notes = append(b.report.Notes, "CPU per run not measured: "+err.Error())
+	} else {
+		b.cgroups = cg
+		b.closers = append(b.closers, func(context.Context) error { return cg.Remove() })
+	}
 	comps, err := b.comparators(ctx, cfg.Languages)
 	if err != nil {
 		return nil, err
 	}
 	opt := cfg.Options
+	if b.cgroups != nil {
+		shared := NewSharedCPU(b.addr)
+		opt.Shared = shared.Read
+		if shared.Containerd() == 0 {
+			b.report.Notes = append(b.report.Notes, "containerd's pid is unknown: its CPU is not in the CPU per run")
+		}
+	}
 	if slices.Contains(cfg.Concurrency, 1) {
 		b.report.Latency = MeasureLatency(ctx, comps, opt)
 	}
@@ -128,6 +148,16 @@ func Run(ctx context.Context, cfg SuiteConfig) (*Report, error) {
 		if cmp.Group == "python" {
 			python = append(python, cmp)
 		}
+	}
+	if cfg.Burst > 0 && ctx.Err() == nil {
+		var burst []Comparator
+		for _, c := range python {
+			if !strings.HasSuffix(c.Name, "-run") || c.Role == RoleRunc {
+				burst = append(burst, c)
+			}
+		}
+		b.report.Burst = MeasureBurst(ctx, burst, cfg.Burst, max(cfg.BurstRounds, 1), cfg.BurstPause, opt)
+		b.report.BurstCalls = cfg.Burst
 	}
 	for _, n := range cfg.Concurrency {
 		if n > 1 && len(python) > 0 && ctx.Err() == nil {
@@ -157,12 +187,17 @@ func (b *suite) comparators(ctx context.Context, langs []string) ([]Comparator, 
 	only := b.cfg.Only
 	want := func(name string) bool { return len(only) == 0 || slices.Contains(only, name) }
 	var comps []Comparator
+	acct := map[string]func(*Comparator){} // by name: how its CPU is accounted
 	add := func(group, name string, role Role, run func(context.Context) error, err error) {
 		if err != nil {
 			b.report.Unavailable = append(b.report.Unavailable, Unavailable{Name: name, Reason: fmt.Sprintf("%s: %v", group, err)})
 			return
 		}
-		comps = append(comps, Comparator{Name: name, Group: group, Role: role, Run: run})
+		c := Comparator{Name: name, Group: group, Role: role, Run: run}
+		if f := acct[name]; f != nil {
+			f(&c)
+		}
+		comps = append(comps, c)
 	}
 
 	client, err := b.dial()
@@ -192,12 +227,25 @@ func (b *suite) comparators(ctx context.Context, langs []string) ([]Comparator, 
 		if name == "sandpit-warm" {
 			cfg.Pool = runtime.PoolConfig{Size: 2, IdleTimeout: 5 * time.Minute}
 		}
+		grp, err := b.group(name)
+		if err != nil {
+			return nil, err
+		}
+		if grp != nil {
+			cfg.CgroupParent, cfg.ShimCgroup = grp.Sandboxes, grp.Procs
+		}
 		rt, err := runtime.New(cfg)
 		if err != nil {
 			return nil, err
 		}
 		b.closers = append(b.closers, func(context.Context) error { return rt.Close() })
 		inproc[name] = rt
+		acct[name] = func(c *Comparator) {
+			c.Containerd, c.Settle = true, rt.Settle
+			if grp != nil {
+				c.CPU = grp.CPU
+			}
+		}
 	}
 	servers, err := b.mcpServers(ctx, want)
 	if err != nil {
@@ -235,6 +283,12 @@ func (b *suite) comparators(ctx context.Context, langs []string) ([]Comparator, 
 			}
 		}
 		for _, s := range servers {
+			acct[s.name] = func(c *Comparator) {
+				c.Containerd = true
+				if s.group != nil {
+					c.CPU = s.group.CPU
+				}
+			}
 			add(group, s.name, "", mcpRun(s.client, lang, prog.code, prog.want), s.err)
 		}
 		if group != "python" {
@@ -242,6 +296,7 @@ func (b *suite) comparators(ctx context.Context, langs []string) ([]Comparator, 
 		}
 		if want("ctr-run") {
 			run, err := b.ctrRun(ctx, prog.want)
+			acct["ctr-run"] = func(c *Comparator) { c.NoCPU = true } // its shims are containerd's children
 			add(lang, "ctr-run", "", run, err)
 		}
 		for _, engine := range []string{"docker", "podman"} {
@@ -386,7 +441,8 @@ func sandpitRun(rt *runtime.Runtime, lang, code, want string) func(context.Conte
 type benchServer struct {
 	name   string
 	client *client.Client
-	err    error // why it could not start
+	group  *Group // its cgroup, nil when CPU is not measured
+	err    error  // why it could not start
 }
 
 func (s *benchServer) close() error { return s.client.Close() }
@@ -403,7 +459,10 @@ func (b *suite) mcpServers(ctx context.Context, want func(string) bool) ([]*benc
 			continue
 		}
 		s := &benchServer{name: v.name}
-		s.client, s.err = b.startServer(ctx, v.name, v.args)
+		s.group, s.err = b.group(v.name)
+		if s.err == nil {
+			s.client, s.err = b.startServer(ctx, v.name, v.args, s.group)
+		}
 		if s.err == nil {
 			b.closers = append(b.closers, func(context.Context) error { return s.close() })
 		}
@@ -412,7 +471,7 @@ func (b *suite) mcpServers(ctx context.Context, want func(string) bool) ([]*benc
 	return out, nil
 }
 
-func (b *suite) startServer(ctx context.Context, name string, extra []string) (*client.Client, error) {
+func (b *suite) startServer(ctx context.Context, name string, extra []string, grp *Group) (*client.Client, error) {
 	if b.cfg.ServeBinary == "" {
 		return nil, errors.New("no sandpit binary to serve from")
 	}
@@ -427,7 +486,15 @@ func (b *suite) startServer(ctx context.Context, name string, extra []string) (*
 		"--history-db", filepath.Join(dir, "history.db"),
 	}
 	args = append(append(args, b.cfg.ServeArgs...), extra...)
-	cl, err := client.NewStdioMCPClientWithOptions(b.cfg.ServeBinary, os.Environ(), args, transport.WithCommandStderrWriter(os.Stderr))
+	command := b.cfg.ServeBinary
+	if grp != nil {
+		// The server, its shims and its sandboxes in the server's cgroup;
+		// a shell puts the server there before it execs it.
+		args = append(args, "--cgroup-parent", grp.Sandboxes, "--shim-cgroup", grp.Procs)
+		args = append([]string{"-c", grp.EnterScript(), b.cfg.ServeBinary}, args...)
+		command = "/bin/sh"
+	}
+	cl, err := client.NewStdioMCPClientWithOptions(command, os.Environ(), args, transport.WithCommandStderrWriter(os.Stderr))
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
@@ -610,4 +677,12 @@ func (b *suite) sweep(ctx context.Context, instance string) error {
 	defer rt.Close()
 	_, err = rt.Sweep(ctx)
 	return err
+}
+
+// group is comparator name's cgroup, or nil when CPU is not measured.
+func (b *suite) group(name string) (*Group, error) {
+	if b.cgroups == nil {
+		return nil, nil
+	}
+	return b.cgroups.Group(name)
 }
