@@ -74,8 +74,9 @@ type shimProc struct {
 	done    chan struct{}
 	err     error // how it exited, once done is closed
 	started time.Time
-	// stopping is set when the runtime closes it on purpose.
-	stopping bool
+	// ready is set once it served; stopping when the runtime closes it on
+	// purpose. Both under Runtime.shimMu.
+	ready, stopping bool
 }
 
 func (s *shimProc) exited() bool {
@@ -165,7 +166,6 @@ func (r *Runtime) startShim() (_ *shimProc, retErr error) {
 		"-namespace", r.cfg.Namespace,
 		"-ttrpc-address", r.cfg.Address+".ttrpc",
 		"-root", root,
-		"-runc", r.cfg.RuncBinary,
 	)
 	cmd.Dir = root
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = pr, logf, logf
@@ -184,23 +184,30 @@ func (r *Runtime) startShim() (_ *shimProc, retErr error) {
 		s.err = cmd.Wait()
 		close(s.done)
 		r.shimMu.Lock()
-		stopping := s.stopping
+		report := s.ready && !s.stopping
 		r.shimMu.Unlock()
-		if !stopping {
+		if report {
 			r.log.Error("sandpit-shim died; runs in it are lost, a fresh one starts with the next sandbox", "pid", s.pid, "err", s.err, "log", filepath.Join(root, "shim.log"))
 			r.shimDied(s)
 		}
 	}()
-	// Wait for it to serve: EOF on the pipe (it closed its end, or died).
+	if r.cfg.ShimCgroup != "" {
+		if err := moveToCgroup(s.pid, r.cfg.ShimCgroup); err != nil {
+			r.log.Warn("sandpit-shim stays in sandpit's cgroup", "err", err)
+		}
+	}
+	// Wait for it to serve: it writes one byte; EOF alone means it died.
 	readyR.SetReadDeadline(time.Now().Add(shimStartTimeout))
 	var b [1]byte
-	if _, err := readyR.Read(b[:]); err != nil && !errors.Is(err, io.EOF) {
+	if n, err := readyR.Read(b[:]); n != 1 {
+		if errors.Is(err, io.EOF) {
+			<-s.done
+			err = fmt.Errorf("exited at start: %v", s.err)
+		}
 		syscall.Kill(s.pid, syscall.SIGKILL)
-		return nil, fmt.Errorf("%s did not start within %s: %w (see %s)", ShimDaemonBinary, shimStartTimeout, err, filepath.Join(root, "shim.log"))
+		return nil, fmt.Errorf("%s did not start: %w (see %s)", ShimDaemonBinary, err, filepath.Join(root, "shim.log"))
 	}
-	if s.exited() {
-		return nil, fmt.Errorf("%s exited at start: %v (see %s)", ShimDaemonBinary, s.err, filepath.Join(root, "shim.log"))
-	}
+	s.ready = true // under shimMu, held by ensureShim
 	r.log.Debug("started sandpit-shim", "pid", s.pid, "socket", sock)
 	return s, nil
 }

@@ -287,8 +287,24 @@ func watchTaskCreates(t *testing.T, ctx context.Context, c *containerd.Client) *
 // leftover is one trace of a sandbox found on the host.
 type leftover struct{ id, kind, detail string }
 
-// leftoverKinds are the traces findLeftovers looks for.
-var leftoverKinds = []string{"snapshot", "task", "runc state", "bundle", "cgroup", "shim", "mount"}
+// leftoverKinds are the traces findLeftovers looks for: under containerd's
+// runc shim, a shim process per sandbox; under sandpit's own shim, which
+// serves them all, any process left in the sandbox's cgroup.
+func leftoverKinds(cfg runtime.Config) []string {
+	if cfg.UsesShim() {
+		return []string{"snapshot", "task", "runc state", "bundle", "cgroup", "process", "mount"}
+	}
+	return []string{"snapshot", "task", "runc state", "bundle", "cgroup", "shim", "mount"}
+}
+
+// runcState is where the OCI runtime keeps a sandbox's state: runc's root,
+// or sandpit-shim's libcontainer state dir.
+func runcState(cfg runtime.Config, id string) string {
+	if cfg.UsesShim() {
+		return filepath.Join(cfg.StateDir, "shim", "containers", id)
+	}
+	return filepath.Join(cfg.RuncRoot, testenv.Namespace, id)
+}
 
 // findLeftovers returns every trace of the sandboxes ids (bundle dirs as
 // reported by their task-create events, where known): containerd's snapshot
@@ -317,7 +333,7 @@ func findLeftovers(t *testing.T, ctx context.Context, c *containerd.Client, cfg 
 	}
 	cgroups, mounts := hostMounts(t)
 	for id := range ids {
-		if d := filepath.Join(cfg.RuncRoot, testenv.Namespace, id); exists(d) {
+		if d := runcState(cfg, id); exists(d) {
 			out = append(out, leftover{id, "runc state", d})
 		}
 		if b := bundles[id]; b != "" && exists(b) {
@@ -345,6 +361,22 @@ func findLeftovers(t *testing.T, ctx context.Context, c *containerd.Client, cfg 
 	}
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
+		if cfg.UsesShim() {
+			// A process of the sandbox: its cgroup is /<namespace>/<id>.
+			b, err := os.ReadFile(filepath.Join(filepath.Dir(p), "cgroup"))
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				_, path, _ := strings.Cut(line, ":")
+				_, path, _ = strings.Cut(path, ":")
+				if rest, ok := strings.CutPrefix(path, "/"+testenv.Namespace+"/"); ok && ids[rest] {
+					out = append(out, leftover{rest, "process", filepath.Dir(p)})
+					break
+				}
+			}
+			continue
+		}
 		b, err := os.ReadFile(p)
 		if err != nil {
 			continue // exited meanwhile
@@ -450,7 +482,7 @@ func checkProbesSeeLive(t *testing.T, ctx context.Context, c *containerd.Client,
 		if bundles[id] == "" {
 			t.Errorf("live sandbox %s: no task-create event seen", id)
 		}
-		for _, kind := range leftoverKinds {
+		for _, kind := range leftoverKinds(cfg) {
 			if !found[id][kind] {
 				t.Errorf("live sandbox %s: no %s found: the leak probe for it cannot see anything", id, kind)
 			}
@@ -497,5 +529,5 @@ func assertNoLeaks(t *testing.T, ctx context.Context, c *containerd.Client, cfg 
 			t.Errorf("mount left under the state dir: %s", m)
 		}
 	}
-	t.Logf("checked %d sandbox ids for %v", len(ids), leftoverKinds)
+	t.Logf("checked %d sandbox ids for %v", len(ids), leftoverKinds(cfg))
 }

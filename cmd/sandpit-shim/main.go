@@ -1,7 +1,14 @@
 // Command sandpit-shim is sandpit's long-lived containerd shim: started by
 // sandpit once per instance, it serves the task API for all of the
-// instance's sandboxes (see package runtime/shim). containerd reaches it
-// through containerd-shim-sandpit-v1, the runtime binary it execs.
+// instance's sandboxes, creating them in-process with runc's libcontainer
+// (see package runtime/shim). containerd reaches it through
+// containerd-shim-sandpit-v1, the runtime binary it execs. It is also each
+// sandbox's first process before the program: libcontainer re-executes this
+// binary as "sandpit-shim init" inside the new namespaces.
+//
+// Build it with seccomp (cgo and libseccomp-dev), or it refuses to start:
+//
+//	go build -tags seccomp,runc_nocriu ./cmd/sandpit-shim
 package main
 
 import (
@@ -12,21 +19,31 @@ import (
 	"net"
 	"os"
 
+	"github.com/opencontainers/runc/libcontainer"
+	_ "github.com/opencontainers/runc/libcontainer/nsenter" // the C half of "init", run before Go starts
+
 	"github.com/sandpit-dev/sandpit/runtime/shim"
 )
+
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == "init" {
+		// A sandbox's init: libcontainer's nsexec has set up the
+		// namespaces; this finishes the container and execs the program.
+		libcontainer.Init()
+	}
+}
 
 func main() {
 	var cfg shim.Config
 	flag.StringVar(&cfg.Namespace, "namespace", "", "containerd namespace")
 	flag.StringVar(&cfg.TTRPCAddress, "ttrpc-address", "", "containerd's ttrpc socket (events)")
 	flag.StringVar(&cfg.Root, "root", "", "state directory")
-	flag.StringVar(&cfg.RuncBinary, "runc", "runc", "runc binary")
 	flag.Parse()
 	if cfg.Namespace == "" || cfg.TTRPCAddress == "" || cfg.Root == "" {
 		fmt.Fprintln(os.Stderr, "sandpit-shim: -namespace, -ttrpc-address and -root are required; sandpit starts this program itself")
 		os.Exit(2)
 	}
-	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	l, err := net.FileListener(os.NewFile(3, "task-api"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sandpit-shim: the task API socket must be fd 3:", err)

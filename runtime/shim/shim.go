@@ -18,17 +18,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
-	"os/signal"
-	"sync"
+	"path/filepath"
 	"time"
 
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v2"
+	"github.com/containerd/containerd/mount"
 	"github.com/containerd/containerd/namespaces"
 	cshim "github.com/containerd/containerd/runtime/v2/shim"
-	"github.com/containerd/containerd/sys/reaper"
 	"github.com/containerd/ttrpc"
+	"github.com/opencontainers/runc/libcontainer/seccomp"
+	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,45 +39,49 @@ type Config struct {
 	Namespace    string // containerd namespace of every task it serves
 	TTRPCAddress string // containerd's ttrpc socket, where events go
 	Root         string // the shim's state: one dir per container
-	RuncBinary   string
 	// Listener is the task API socket (sandpit creates it, so that it can
 	// hand out the address before the shim accepts).
 	Listener net.Listener
 	// Owner is read until EOF: its end means the owner is gone.
 	Owner io.Reader
-	// Ready is closed once the shim serves.
-	Ready io.Closer
+	// Ready gets one byte, and is closed, once the shim serves.
+	Ready io.WriteCloser
+	Log   *slog.Logger
 }
 
 // Serve runs the shim until its owner goes away or ctx ends, then kills and
-// deletes every container it still holds.
+// deletes every container it still holds. Before it serves, it destroys
+// what a dead shim left in its root.
 func Serve(ctx context.Context, cfg Config) error {
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("become a subreaper: %w", err)
+	if !seccomp.Enabled {
+		return errors.New("built without seccomp support (go build -tags seccomp, with libseccomp-dev): it would refuse every sandbox's filter")
 	}
-	sigs := make(chan os.Signal, 32)
-	signal.Notify(sigs, unix.SIGCHLD, unix.SIGPIPE)
-	go func() {
-		for s := range sigs {
-			if s == unix.SIGCHLD {
-				reaper.Reap()
-			}
-		}
-	}()
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	// libcontainer logs through logrus: warnings and errors to our log.
+	logrus.SetOutput(os.Stderr)
+	logrus.SetLevel(logrus.WarnLevel)
+
+	state := filepath.Join(cfg.Root, "containers")
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		return err
+	}
+	if err := destroyLeftovers(state, log); err != nil {
+		log.Warn("leftovers of a dead shim not all destroyed", "err", err)
+	}
+
 	ctx = namespaces.WithNamespace(ctx, cfg.Namespace)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-
 	publisher, err := cshim.NewPublisher(cfg.TTRPCAddress)
 	if err != nil {
 		return fmt.Errorf("event publisher: %w", err)
 	}
 	defer publisher.Close()
 
-	svc, err := newRuncService(ctx, publisher, cfg)
-	if err != nil {
-		return err
-	}
+	svc := newService(state, publisher, log)
 	server, err := ttrpc.NewServer(ttrpc.WithServerHandshaker(ttrpc.UnixSocketRequireSameUser()))
 	if err != nil {
 		return err
@@ -85,6 +91,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	served := make(chan error, 1)
 	go func() { served <- server.Serve(ctx, cfg.Listener) }()
 	if cfg.Ready != nil {
+		cfg.Ready.Write([]byte{'R'})
 		cfg.Ready.Close()
 	}
 	go func() {
@@ -105,29 +112,10 @@ func Serve(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// tracked remembers the ids of the containers the service holds, for the
-// clean-up when the owner goes away.
-type tracked struct {
-	mu  sync.Mutex
-	ids map[string]bool
-}
-
-func (t *tracked) set(id string, on bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if on {
-		t.ids[id] = true
-	} else {
-		delete(t.ids, id)
+// unmountLeftover detaches a dead container's rootfs mount, if containerd
+// has not already.
+func unmountLeftover(rootfs string) {
+	if rootfs != "" {
+		mount.UnmountAll(rootfs, unix.MNT_DETACH)
 	}
-}
-
-func (t *tracked) list() []string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var out []string
-	for id := range t.ids {
-		out = append(out, id)
-	}
-	return out
 }

@@ -1,0 +1,402 @@
+package shim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	eventstypes "github.com/containerd/containerd/api/events"
+	taskAPI "github.com/containerd/containerd/api/runtime/task/v2"
+	"github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/identifiers"
+	"github.com/containerd/containerd/protobuf"
+	ptypes "github.com/containerd/containerd/protobuf/types"
+	cshim "github.com/containerd/containerd/runtime/v2/shim"
+	"github.com/opencontainers/runc/libcontainer"
+)
+
+// Event topics, as containerd's runtime package names them.
+const (
+	topicCreate = "/tasks/create"
+	topicStart  = "/tasks/start"
+	topicExit   = "/tasks/exit"
+	topicDelete = "/tasks/delete"
+)
+
+// service is the task API over libcontainer. Its own lock guards only the
+// map of containers; every lifecycle call takes the lock of its container,
+// so creating one sandbox never waits for another.
+type service struct {
+	root      string // libcontainer state, one dir per container
+	publisher cshim.Publisher
+	log       *slog.Logger
+
+	mu         sync.Mutex
+	containers map[string]*container
+}
+
+var _ taskAPI.TaskService = (*service)(nil)
+
+func newService(root string, publisher cshim.Publisher, log *slog.Logger) *service {
+	return &service{root: root, publisher: publisher, log: log, containers: map[string]*container{}}
+}
+
+var empty = &ptypes.Empty{}
+
+// get returns a container with its lock held; unlock when done.
+func (s *service) get(id string) (*container, error) {
+	s.mu.Lock()
+	c := s.containers[id]
+	s.mu.Unlock()
+	if c == nil {
+		return nil, errdefs.ToGRPCf(errdefs.ErrNotFound, "container %s", id)
+	}
+	c.mu.Lock()
+	if c.c == nil { // its create failed meanwhile
+		c.mu.Unlock()
+		return nil, errdefs.ToGRPCf(errdefs.ErrNotFound, "container %s", id)
+	}
+	return c, nil
+}
+
+func (s *service) publish(ctx context.Context, topic string, ev any) {
+	if err := s.publisher.Publish(ctx, topic, ev); err != nil {
+		s.log.Warn("publish event", "topic", topic, "err", err)
+	}
+}
+
+// Create makes the container and its init process, which waits for Start.
+func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*taskAPI.CreateTaskResponse, error) {
+	if err := identifiers.Validate(r.ID); err != nil {
+		return nil, errdefs.ToGRPC(err)
+	}
+	// Reserve the id, holding its lock, while the container is made.
+	placeholder := &container{id: r.ID, exited: make(chan struct{})}
+	placeholder.mu.Lock()
+	s.mu.Lock()
+	if s.containers[r.ID] != nil {
+		s.mu.Unlock()
+		return nil, errdefs.ToGRPCf(errdefs.ErrAlreadyExists, "container %s", r.ID)
+	}
+	s.containers[r.ID] = placeholder
+	s.mu.Unlock()
+
+	c, err := create(s.root, r)
+	if err != nil {
+		s.mu.Lock()
+		delete(s.containers, r.ID)
+		s.mu.Unlock()
+		placeholder.mu.Unlock()
+		return nil, errdefs.ToGRPCf(errdefs.ErrUnknown, "create %s: %v", r.ID, err)
+	}
+	c.mu.Lock()
+	s.mu.Lock()
+	s.containers[r.ID] = c
+	s.mu.Unlock()
+	placeholder.mu.Unlock()
+	pid := c.pid
+	c.mu.Unlock()
+	go s.watchExit(c)
+
+	s.publish(ctx, topicCreate, &eventstypes.TaskCreate{
+		ContainerID: r.ID,
+		Bundle:      r.Bundle,
+		Rootfs:      r.Rootfs,
+		IO:          &eventstypes.TaskIO{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal},
+		Pid:         uint32(pid),
+	})
+	return &taskAPI.CreateTaskResponse{Pid: uint32(pid)}, nil
+}
+
+// watchExit publishes the init's exit.
+func (s *service) watchExit(c *container) {
+	<-c.exited
+	c.mu.Lock()
+	c.closeStdin()
+	c.mu.Unlock()
+	s.publish(context.Background(), topicExit, &eventstypes.TaskExit{
+		ContainerID: c.id,
+		ID:          c.id,
+		Pid:         uint32(c.pid),
+		ExitStatus:  uint32(c.exitStatus),
+		ExitedAt:    protobuf.ToTimestamp(c.exitedAt),
+	})
+}
+
+// Start lets the parked init exec the program.
+func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.StartResponse, error) {
+	if r.ExecID != "" {
+		return nil, errdefs.ToGRPCf(errdefs.ErrNotImplemented, "exec processes are not supported")
+	}
+	c, err := s.get(r.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer c.mu.Unlock()
+	if c.started {
+		return nil, errdefs.ToGRPCf(errdefs.ErrFailedPrecondition, "container %s already started", r.ID)
+	}
+	if err := c.c.Exec(); err != nil {
+		return nil, errdefs.ToGRPCf(errdefs.ErrUnknown, "start %s: %v", r.ID, err)
+	}
+	c.started = true
+	s.publish(ctx, topicStart, &eventstypes.TaskStart{ContainerID: r.ID, Pid: uint32(c.pid)})
+	return &taskAPI.StartResponse{Pid: uint32(c.pid)}, nil
+}
+
+// Delete removes a container whose init has exited, or was never started.
+func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAPI.DeleteResponse, error) {
+	if r.ExecID != "" {
+		return nil, errdefs.ToGRPCf(errdefs.ErrNotFound, "exec %s", r.ExecID)
+	}
+	c, err := s.get(r.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer c.mu.Unlock()
+	if c.started && !c.hasExited() {
+		return nil, errdefs.ToGRPCf(errdefs.ErrFailedPrecondition, "container %s is running: kill it first", r.ID)
+	}
+	if err := c.destroy(); err != nil {
+		s.log.Warn("destroy container", "id", r.ID, "err", err)
+	}
+	s.mu.Lock()
+	delete(s.containers, r.ID)
+	s.mu.Unlock()
+	c.c = nil
+	resp := &taskAPI.DeleteResponse{Pid: uint32(c.pid), ExitStatus: uint32(c.exitStatus), ExitedAt: protobuf.ToTimestamp(c.exitedAt)}
+	s.publish(ctx, topicDelete, &eventstypes.TaskDelete{ContainerID: r.ID, Pid: resp.Pid, ExitStatus: resp.ExitStatus, ExitedAt: resp.ExitedAt})
+	return resp, nil
+}
+
+// Kill signals the init; with its own pid namespace, SIGKILL to the init
+// takes every process of the sandbox down with it.
+func (s *service) Kill(ctx context.Context, r *taskAPI.KillRequest) (*ptypes.Empty, error) {
+	if r.ExecID != "" {
+		return nil, errdefs.ToGRPCf(errdefs.ErrNotFound, "exec %s", r.ExecID)
+	}
+	c, err := s.get(r.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer c.mu.Unlock()
+	if c.hasExited() {
+		return nil, errdefs.ToGRPCf(errdefs.ErrNotFound, "process already finished")
+	}
+	if err := c.c.Signal(syscall.Signal(r.Signal)); err != nil {
+		if errors.Is(err, libcontainer.ErrNotRunning) {
+			return nil, errdefs.ToGRPCf(errdefs.ErrNotFound, "process already finished")
+		}
+		return nil, errdefs.ToGRPCf(errdefs.ErrUnknown, "kill %s: %v", r.ID, err)
+	}
+	return empty, nil
+}
+
+// Wait returns once the init has exited.
+func (s *service) Wait(ctx context.Context, r *taskAPI.WaitRequest) (*taskAPI.WaitResponse, error) {
+	if r.ExecID != "" {
+		return nil, errdefs.ToGRPCf(errdefs.ErrNotFound, "exec %s", r.ExecID)
+	}
+	c, err := s.get(r.ID)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Unlock()
+	select {
+	case <-c.exited:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return &taskAPI.WaitResponse{ExitStatus: uint32(c.exitStatus), ExitedAt: protobuf.ToTimestamp(c.exitedAt)}, nil
+}
+
+func (s *service) State(ctx context.Context, r *taskAPI.StateRequest) (*taskAPI.StateResponse, error) {
+	if r.ExecID != "" {
+		return nil, errdefs.ToGRPCf(errdefs.ErrNotFound, "exec %s", r.ExecID)
+	}
+	c, err := s.get(r.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer c.mu.Unlock()
+	st := task.Status_CREATED
+	resp := &taskAPI.StateResponse{ID: r.ID, Bundle: c.bundle, Pid: uint32(c.pid),
+		Stdin: c.stdio.stdin, Stdout: c.stdio.stdout, Stderr: c.stdio.stderr}
+	switch {
+	case c.hasExited():
+		st = task.Status_STOPPED
+		resp.ExitStatus, resp.ExitedAt = uint32(c.exitStatus), protobuf.ToTimestamp(c.exitedAt)
+	case c.started:
+		st = task.Status_RUNNING
+		if ls, err := c.c.Status(); err == nil && ls == libcontainer.Paused {
+			st = task.Status_PAUSED
+		}
+	}
+	resp.Status = st
+	return resp, nil
+}
+
+// Connect tells containerd the shim's and the task's pids.
+func (s *service) Connect(ctx context.Context, r *taskAPI.ConnectRequest) (*taskAPI.ConnectResponse, error) {
+	resp := &taskAPI.ConnectResponse{ShimPid: uint32(os.Getpid())}
+	if c, err := s.get(r.ID); err == nil {
+		resp.TaskPid = uint32(c.pid)
+		c.mu.Unlock()
+	}
+	return resp, nil
+}
+
+// CloseIO closes the shim's writer on the program's stdin: it reads EOF
+// once the client has closed its own.
+func (s *service) CloseIO(ctx context.Context, r *taskAPI.CloseIORequest) (*ptypes.Empty, error) {
+	c, err := s.get(r.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer c.mu.Unlock()
+	if r.Stdin {
+		c.closeStdin()
+	}
+	return empty, nil
+}
+
+func (s *service) Pids(ctx context.Context, r *taskAPI.PidsRequest) (*taskAPI.PidsResponse, error) {
+	c, err := s.get(r.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer c.mu.Unlock()
+	pids, err := c.c.Processes()
+	if err != nil {
+		return nil, errdefs.ToGRPCf(errdefs.ErrUnknown, "pids of %s: %v", r.ID, err)
+	}
+	resp := &taskAPI.PidsResponse{}
+	for _, p := range pids {
+		resp.Processes = append(resp.Processes, &task.ProcessInfo{Pid: uint32(p)})
+	}
+	return resp, nil
+}
+
+func (s *service) Pause(ctx context.Context, r *taskAPI.PauseRequest) (*ptypes.Empty, error) {
+	c, err := s.get(r.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer c.mu.Unlock()
+	if err := c.c.Pause(); err != nil {
+		return nil, errdefs.ToGRPCf(errdefs.ErrUnknown, "pause %s: %v", r.ID, err)
+	}
+	return empty, nil
+}
+
+func (s *service) Resume(ctx context.Context, r *taskAPI.ResumeRequest) (*ptypes.Empty, error) {
+	c, err := s.get(r.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer c.mu.Unlock()
+	if err := c.c.Resume(); err != nil {
+		return nil, errdefs.ToGRPCf(errdefs.ErrUnknown, "resume %s: %v", r.ID, err)
+	}
+	return empty, nil
+}
+
+// Shutdown does nothing: containerd asks after every task delete, and this
+// shim serves the others; its owner ends it.
+func (s *service) Shutdown(context.Context, *taskAPI.ShutdownRequest) (*ptypes.Empty, error) {
+	return empty, nil
+}
+
+// Stats is not served: sandpit reads a sandbox's counters from cgroupfs.
+func (s *service) Stats(context.Context, *taskAPI.StatsRequest) (*taskAPI.StatsResponse, error) {
+	return nil, errdefs.ToGRPCf(errdefs.ErrNotImplemented, "stats: read the sandbox's cgroup")
+}
+
+func (s *service) Exec(context.Context, *taskAPI.ExecProcessRequest) (*ptypes.Empty, error) {
+	return nil, errdefs.ToGRPCf(errdefs.ErrNotImplemented, "exec processes are not supported: every sandbox runs one program")
+}
+
+func (s *service) ResizePty(context.Context, *taskAPI.ResizePtyRequest) (*ptypes.Empty, error) {
+	return nil, errdefs.ToGRPCf(errdefs.ErrNotImplemented, "terminals are not supported")
+}
+
+func (s *service) Checkpoint(context.Context, *taskAPI.CheckpointTaskRequest) (*ptypes.Empty, error) {
+	return nil, errdefs.ToGRPCf(errdefs.ErrNotImplemented, "checkpoints are not supported")
+}
+
+func (s *service) Update(context.Context, *taskAPI.UpdateTaskRequest) (*ptypes.Empty, error) {
+	return nil, errdefs.ToGRPCf(errdefs.ErrNotImplemented, "updates are not supported")
+}
+
+// killAll kills and destroys every container, when the owner is gone.
+func (s *service) killAll(ctx context.Context) {
+	s.mu.Lock()
+	var all []*container
+	for _, c := range s.containers {
+		all = append(all, c)
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, c := range all {
+		wg.Go(func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.c == nil {
+				return
+			}
+			if err := c.destroy(); err != nil {
+				s.log.Warn("destroy container at exit", "id", c.id, "err", err)
+			}
+			c.c = nil
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		s.log.Warn("containers not all destroyed 15 s after the owner went away")
+	}
+}
+
+// destroyLeftovers destroys every container a dead shim left in the state
+// root: their processes are killed, cgroups, state and rootfs mounts
+// removed. containerd forgot their tasks when that shim's connections
+// broke.
+func destroyLeftovers(root string, log *slog.Logger) error {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		id := e.Name()
+		c, err := libcontainer.Load(root, id)
+		if err != nil {
+			log.Warn("leftover container state unreadable; removing it", "id", id, "err", err)
+			errs = append(errs, os.RemoveAll(root+"/"+id))
+			continue
+		}
+		rootfs := c.Config().Rootfs
+		c.Signal(syscall.SIGKILL)
+		if err := c.Destroy(); err != nil {
+			errs = append(errs, fmt.Errorf("destroy leftover %s: %w", id, err))
+			continue
+		}
+		unmountLeftover(rootfs)
+		log.Info("destroyed a container a dead shim left", "id", id)
+	}
+	return errors.Join(errs...)
+}
