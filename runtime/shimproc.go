@@ -166,6 +166,7 @@ func (r *Runtime) startShim() (_ *shimProc, retErr error) {
 		"-namespace", r.cfg.Namespace,
 		"-ttrpc-address", r.cfg.Address+".ttrpc",
 		"-root", root,
+		"-seccomp-loader", filepath.Join(r.cfg.ShimDir, ShimRuntimeBinary),
 	)
 	cmd.Dir = root
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = pr, logf, logf
@@ -280,6 +281,12 @@ func (r *Runtime) runtimeOpts(ctx context.Context) (containerd.NewContainerOpts,
 func shimLost(s *shimProc, err error) error {
 	if s == nil || err == nil {
 		return err
+	}
+	if s.exited() {
+		return s.exitError(err)
+	}
+	if isUnavailable(err) {
+		return err // containerd itself went away
 	}
 	select {
 	case <-s.done:

@@ -26,10 +26,15 @@ import (
 )
 
 func init() {
-	if len(os.Args) > 1 && os.Args[1] == "init" {
-		// A sandbox's init: libcontainer's nsexec has set up the
-		// namespaces; this finishes the container and execs the program.
-		libcontainer.Init()
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "init":
+			// A sandbox's init: libcontainer's nsexec has set up the
+			// namespaces; this finishes the container and execs the program.
+			libcontainer.Init()
+		case shim.CompileMode:
+			shim.RunCompileHelper()
+		}
 	}
 }
 
@@ -38,6 +43,7 @@ func main() {
 	flag.StringVar(&cfg.Namespace, "namespace", "", "containerd namespace")
 	flag.StringVar(&cfg.TTRPCAddress, "ttrpc-address", "", "containerd's ttrpc socket (events)")
 	flag.StringVar(&cfg.Root, "root", "", "state directory")
+	flag.StringVar(&cfg.Loader, "seccomp-loader", "", "containerd-shim-sandpit-v1, which loads seccomp programs compiled once (empty: libcontainer compiles per sandbox)")
 	flag.Parse()
 	if cfg.Namespace == "" || cfg.TTRPCAddress == "" || cfg.Root == "" {
 		fmt.Fprintln(os.Stderr, "sandpit-shim: -namespace, -ttrpc-address and -root are required; sandpit starts this program itself")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -52,7 +53,7 @@ type stdioPaths struct{ stdin, stdout, stderr string }
 
 // create makes the container of a CreateTaskRequest, its init parked on the
 // exec fifo. On error nothing is left: no mount, no state, no process.
-func create(stateRoot string, r *taskAPI.CreateTaskRequest) (_ *container, retErr error) {
+func create(stateRoot string, flt *filters, log *slog.Logger, r *taskAPI.CreateTaskRequest) (_ *container, retErr error) {
 	if r.Terminal {
 		return nil, errors.New("terminals are not supported")
 	}
@@ -99,6 +100,10 @@ func create(stateRoot string, r *taskAPI.CreateTaskRequest) (_ *container, retEr
 	proc, err := newProcess(spec.Process)
 	if err != nil {
 		return nil, err
+	}
+	if err := flt.apply(cfg, proc, spec.Process.NoNewPrivileges); err != nil {
+		// libcontainer compiles the profile itself, as runc would.
+		log.Warn("seccomp profile not precompiled; compiling it per sandbox", "err", err)
 	}
 	if err := ctr.openStdio(proc); err != nil {
 		return nil, err

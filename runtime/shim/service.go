@@ -33,9 +33,11 @@ const (
 // map of containers; every lifecycle call takes the lock of its container,
 // so creating one sandbox never waits for another.
 type service struct {
-	root      string // libcontainer state, one dir per container
+	root      string          // libcontainer state, one dir per container
+	ctx       context.Context // carries the namespace, for events of no request
 	publisher cshim.Publisher
 	log       *slog.Logger
+	filters   *filters
 
 	mu         sync.Mutex
 	containers map[string]*container
@@ -43,8 +45,8 @@ type service struct {
 
 var _ taskAPI.TaskService = (*service)(nil)
 
-func newService(root string, publisher cshim.Publisher, log *slog.Logger) *service {
-	return &service{root: root, publisher: publisher, log: log, containers: map[string]*container{}}
+func newService(ctx context.Context, root string, publisher cshim.Publisher, flt *filters, log *slog.Logger) *service {
+	return &service{ctx: context.WithoutCancel(ctx), root: root, publisher: publisher, filters: flt, log: log, containers: map[string]*container{}}
 }
 
 var empty = &ptypes.Empty{}
@@ -87,7 +89,7 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	s.containers[r.ID] = placeholder
 	s.mu.Unlock()
 
-	c, err := create(s.root, r)
+	c, err := create(s.root, s.filters, s.log, r)
 	if err != nil {
 		s.mu.Lock()
 		delete(s.containers, r.ID)
@@ -120,7 +122,7 @@ func (s *service) watchExit(c *container) {
 	c.mu.Lock()
 	c.closeStdin()
 	c.mu.Unlock()
-	s.publish(context.Background(), topicExit, &eventstypes.TaskExit{
+	s.publish(s.ctx, topicExit, &eventstypes.TaskExit{
 		ContainerID: c.id,
 		ID:          c.id,
 		Pid:         uint32(c.pid),

@@ -44,6 +44,9 @@ type Config struct {
 	Listener net.Listener
 	// Owner is read until EOF: its end means the owner is gone.
 	Owner io.Reader
+	// Loader is the seccomp loader (containerd-shim-sandpit-v1); empty:
+	// libcontainer compiles each sandbox's profile (see seccomp.go).
+	Loader string
 	// Ready gets one byte, and is closed, once the shim serves.
 	Ready io.WriteCloser
 	Log   *slog.Logger
@@ -81,7 +84,11 @@ func Serve(ctx context.Context, cfg Config) error {
 	}
 	defer publisher.Close()
 
-	svc := newService(state, publisher, log)
+	flt, err := newFilters(cfg.Loader, cfg.Root, log)
+	if err != nil {
+		return err
+	}
+	svc := newService(ctx, state, publisher, flt, log)
 	server, err := ttrpc.NewServer(ttrpc.WithServerHandshaker(ttrpc.UnixSocketRequireSameUser()))
 	if err != nil {
 		return err
