@@ -58,18 +58,27 @@ func (r *Runtime) sweepCount(ctx context.Context, c *containerd.Client) (int, er
 		removed++
 	}
 	// Snapshots whose container was never created (a crash in between).
+	// Shared roots (rootfs.go) are unmounted first; this runtime makes its
+	// own again when it next needs one.
 	sn := c.SnapshotService(r.cfg.Snapshotter)
-	var orphans []string
+	var orphans []snapshots.Info
 	err = sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
-		orphans = append(orphans, info.Name)
+		orphans = append(orphans, info)
 		return nil
-	}, filter)
+	}, filter, fmt.Sprintf("labels.%q==%q", LabelRootfsInstance, r.cfg.Instance))
 	if err != nil {
 		errs = append(errs, fmt.Errorf("list sandbox snapshots: %w", err))
 	}
-	for _, key := range orphans {
-		if err := sn.Remove(ctx, key); err != nil && !errdefs.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("remove snapshot %s: %w", key, err))
+	r.forgetRoots()
+	for _, info := range orphans {
+		if dir, ok := isSharedRoot(info); ok {
+			if err := unmountRoot(dir); err != nil {
+				errs = append(errs, fmt.Errorf("shared root %s: %w", dir, err))
+				continue
+			}
+		}
+		if err := sn.Remove(ctx, info.Name); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove snapshot %s: %w", info.Name, err))
 		}
 	}
 	// Per-run dirs: sources, build output and FIFOs of runs no server owns now.

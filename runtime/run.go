@@ -432,12 +432,6 @@ func (r *Runtime) usage(ctx context.Context, task containerd.Task) sandpit.Usage
 	return u
 }
 
-func (r *Runtime) removeSnapshot(ctx context.Context, c *containerd.Client, key string) {
-	if err := c.SnapshotService(r.cfg.Snapshotter).Remove(ctx, key); err != nil && !errdefs.IsNotFound(err) {
-		r.log.Warn("remove sandbox snapshot", "key", key, "err", err)
-	}
-}
-
 // clientClosed: a call through a client Close already closed (dropClient).
 func clientClosed(err error) bool {
 	return status.Code(err) == codes.Canceled && strings.Contains(err.Error(), "client connection is closing")

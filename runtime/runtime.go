@@ -55,8 +55,11 @@ type Config struct {
 	// is where shims go (see cgroupparent.go). Not for rootless daemons.
 	CgroupParent string
 	ShimCgroup   string
-	Snapshotter  string
-	StateDir     string // per-run files and FIFOs
+	// RootfsDir holds the runtime's shared read-only roots, one per image
+	// (rootfs.go); default DefaultRootfsDir.
+	RootfsDir   string
+	Snapshotter string
+	StateDir    string // per-run files and FIFOs
 
 	Languages []LanguageSpec
 	Limits    oci.Limits
@@ -120,6 +123,9 @@ func (c *Config) Defaults() {
 	if c.StateDir == "" {
 		c.StateDir = "/run/sandpit/state"
 	}
+	if c.RootfsDir == "" {
+		c.RootfsDir = DefaultRootfsDir
+	}
 	c.Limits = c.Limits.WithDefaults()
 	if c.CompileCPUs <= 0 {
 		c.CompileCPUs = 2
@@ -160,8 +166,10 @@ type Runtime struct {
 	pools     map[string]*pool // by image
 	pooled    map[string]*pool // by language name
 	sess      *sessions
-	shimMu    sync.Mutex // guards shim; never held across a containerd call
-	shim      *shimProc  // RuntimeSandpit: the running shim (shimproc.go)
+	shimMu    sync.Mutex            // guards shim; never held across a containerd call
+	shim      *shimProc             // RuntimeSandpit: the running shim (shimproc.go)
+	rootMu    sync.Mutex            // guards roots; held while a root is made
+	roots     map[string]sharedRoot // by image name: the shared roots (rootfs.go)
 }
 
 // New validates the configuration. It does not connect: containerd may come
@@ -187,7 +195,7 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("shim cgroup: %w", err)
 		}
 	}
-	r := &Runtime{cfg: cfg, log: cfg.Logger, langs: map[string]*LanguageSpec{}, images: map[string]containerd.Image{}, inits: map[string]bool{}, live: map[string]bool{}, cgroups: newCgroupFS(), pools: map[string]*pool{}, pooled: map[string]*pool{}, closing: make(chan struct{})}
+	r := &Runtime{cfg: cfg, log: cfg.Logger, langs: map[string]*LanguageSpec{}, images: map[string]containerd.Image{}, inits: map[string]bool{}, live: map[string]bool{}, cgroups: newCgroupFS(), pools: map[string]*pool{}, pooled: map[string]*pool{}, closing: make(chan struct{}), roots: map[string]sharedRoot{}}
 	for i := range cfg.Languages {
 		l := &cfg.Languages[i]
 		r.langs[l.Name] = l
@@ -219,6 +227,9 @@ func (r *Runtime) Close() error {
 	}
 	r.bg.Wait()
 	r.stopShim() // after every sandbox is deleted
+	cctx, cancel := context.WithTimeout(r.nsctx(context.Background()), r.cfg.DialTimeout)
+	r.releaseRoots(cctx, r.currentClient())
+	cancel()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.client != nil {

@@ -14,7 +14,6 @@ import (
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/errdefs"
 	coci "github.com/containerd/containerd/oci"
-	"github.com/containerd/containerd/snapshots"
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/oci"
@@ -55,16 +54,16 @@ func (r *Runtime) create(ctx context.Context, c *containerd.Client, img containe
 	if err != nil {
 		return nil, err
 	}
+	root, err := r.rootfsOpts(ctx, c, img)
+	if err != nil {
+		return nil, err
+	}
 	container, err := c.NewContainer(ctx, cid,
-		containerd.WithSnapshotter(r.cfg.Snapshotter),
-		containerd.WithNewSnapshotView(cid, img, snapshots.WithLabels(labels)),
 		rtOpts,
 		containerd.WithContainerLabels(labels),
-		containerd.WithNewSpec(specOpts...),
+		containerd.WithNewSpec(append(specOpts, root)...),
 	)
 	if err != nil {
-		// A half-created container may have left its snapshot.
-		r.removeSnapshot(cleanupCtx, c, cid)
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	sb := &sandbox{id: cid, container: container, stdin: stdin, done: make(chan struct{}),

@@ -289,12 +289,14 @@ type leftover struct{ id, kind, detail string }
 
 // leftoverKinds are the traces findLeftovers looks for: under containerd's
 // runc shim, a shim process per sandbox; under sandpit's own shim, which
-// serves them all, any process left in the sandbox's cgroup.
+// serves them all, any process left in the sandbox's cgroup. Sandboxes
+// have no snapshot of their own (they share a root per image, which
+// assertNothingLeft finds by label).
 func leftoverKinds(cfg runtime.Config) []string {
 	if cfg.UsesShim() {
-		return []string{"snapshot", "task", "runc state", "bundle", "cgroup", "process", "mount"}
+		return []string{"task", "runc state", "bundle", "cgroup", "process", "mount"}
 	}
-	return []string{"snapshot", "task", "runc state", "bundle", "cgroup", "shim", "mount"}
+	return []string{"task", "runc state", "bundle", "cgroup", "shim", "mount"}
 }
 
 // runcState is where the OCI runtime keeps a sandbox's state: runc's root,

@@ -1,0 +1,176 @@
+package runtime
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/containers"
+	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/mount"
+	coci "github.com/containerd/containerd/oci"
+	"github.com/containerd/containerd/snapshots"
+	"github.com/containerd/platforms"
+	"github.com/opencontainers/image-spec/identity"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// One root filesystem per image, shared by every sandbox of a runtime. A
+// sandbox's root was a view snapshot of its own — a read-only bind mount of
+// the image's committed layer, made and removed through containerd for
+// every sandbox (two metadata transactions with fsync each way, and a mount
+// and an unmount in the shim). The runtime now makes one such view per
+// image, mounts it once under RootfsDir, and gives sandboxes its path as
+// their read-only root: the same layer directory, bound read-only, seen by
+// each sandbox in its own mount namespace. The view is labelled with the
+// instance (LabelRootfsInstance: the janitor unmounts and removes a dead
+// instance's) and with containerd.io/gc.root (no lease outlives a crash).
+
+// Labels of a shared root view: where it is mounted, and its runtime's
+// instance. Not LabelInstance, which marks what is made per run: the view
+// lives as long as its runtime.
+const (
+	LabelRootfs         = "sandpit.rootfs"
+	LabelRootfsInstance = "sandpit.rootfs.instance"
+)
+
+// DefaultRootfsDir holds the shared roots of every runtime on the host. It
+// must be searchable by others: a user-namespaced sandbox's root is an
+// unprivileged host uid that must reach its rootfs by path.
+const DefaultRootfsDir = "/run/sandpit/rootfs"
+
+// sharedRoot is a mounted view.
+type sharedRoot struct {
+	key, dir string
+}
+
+// rootfsOpts are the container options of a sandbox on image img: its
+// shared root, read-only. The caller holds no lock.
+func (r *Runtime) rootfsOpts(ctx context.Context, c *containerd.Client, img containerd.Image) (coci.SpecOpts, error) {
+	dir, err := r.sharedRootfs(ctx, c, img)
+	if err != nil {
+		return nil, err
+	}
+	return func(_ context.Context, _ coci.Client, _ *containers.Container, s *coci.Spec) error {
+		s.Root = &specs.Root{Path: dir, Readonly: true}
+		return nil
+	}, nil
+}
+
+// sharedRootfs returns the mounted root of img, making it the first time.
+func (r *Runtime) sharedRootfs(ctx context.Context, c *containerd.Client, img containerd.Image) (string, error) {
+	r.rootMu.Lock()
+	defer r.rootMu.Unlock()
+	if sr, ok := r.roots[img.Name()]; ok {
+		return sr.dir, nil
+	}
+	// Through the current client: img may come from one containerd lost
+	// since (its cache outlives a reconnection).
+	md := img.Metadata()
+	diffIDs, err := md.RootFS(ctx, c.ContentStore(), platforms.Default())
+	if err != nil {
+		return "", fmt.Errorf("image %s layers: %w", img.Name(), err)
+	}
+	chain := identity.ChainID(diffIDs).String()
+	sum := sha256.Sum256([]byte(r.cfg.StateDir + "\x00" + chain))
+	name := hex.EncodeToString(sum[:8])
+	dir := filepath.Join(r.instanceRootfsDir(), name)
+	key := "sandpit-rootfs-" + r.cfg.Instance + "-" + name
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return "", fmt.Errorf("shared root: %w", err)
+	}
+	sn := c.SnapshotService(r.cfg.Snapshotter)
+	// An earlier runtime of this instance (crashed, or swept meanwhile)
+	// may have left both.
+	unix.Unmount(dir, unix.MNT_DETACH)
+	if err := sn.Remove(ctx, key); err != nil && !errdefs.IsNotFound(err) {
+		return "", fmt.Errorf("shared root: remove stale view %s: %w", key, err)
+	}
+	labels := map[string]string{
+		LabelRootfsInstance:     r.cfg.Instance,
+		LabelState:              r.cfg.StateDir,
+		LabelRootfs:             dir,
+		"containerd.io/gc.root": time.Now().UTC().Format(time.RFC3339),
+	}
+	mounts, err := sn.View(ctx, key, chain, snapshots.WithLabels(labels))
+	if err != nil {
+		return "", fmt.Errorf("shared root: view of %s: %w", img.Name(), err)
+	}
+	if err := mount.All(mounts, dir); err != nil {
+		sn.Remove(context.WithoutCancel(ctx), key)
+		return "", fmt.Errorf("shared root: mount %s: %w", dir, err)
+	}
+	r.roots[img.Name()] = sharedRoot{key: key, dir: dir}
+	return dir, nil
+}
+
+// instanceRootfsDir is this runtime's directory under RootfsDir: named for
+// the instance and its state dir, so that two runtimes never share one.
+func (r *Runtime) instanceRootfsDir() string {
+	sum := sha256.Sum256([]byte(r.cfg.StateDir))
+	return filepath.Join(r.cfg.RootfsDir, sanitize(r.cfg.Instance)+"-"+hex.EncodeToString(sum[:4]))
+}
+
+func sanitize(s string) string {
+	return strings.Map(func(c rune) rune {
+		if c == '-' || c == '_' || c == '.' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			return c
+		}
+		return '_'
+	}, s)
+}
+
+// releaseRoots unmounts and removes the shared roots (Close: every sandbox
+// is gone).
+func (r *Runtime) releaseRoots(ctx context.Context, c *containerd.Client) {
+	r.rootMu.Lock()
+	roots := r.roots
+	r.roots = map[string]sharedRoot{}
+	r.rootMu.Unlock()
+	for _, sr := range roots {
+		if err := unmountRoot(sr.dir); err != nil {
+			r.log.Warn("shared root left mounted; the janitor retries", "dir", sr.dir, "err", err)
+			continue
+		}
+		if c != nil {
+			if err := c.SnapshotService(r.cfg.Snapshotter).Remove(ctx, sr.key); err != nil && !errdefs.IsNotFound(err) {
+				r.log.Warn("shared root view not removed; the janitor retries", "key", sr.key, "err", err)
+			}
+		}
+	}
+	os.Remove(r.instanceRootfsDir())
+}
+
+// forgetRoots drops the cache after a sweep removed the views.
+func (r *Runtime) forgetRoots() {
+	r.rootMu.Lock()
+	r.roots = map[string]sharedRoot{}
+	r.rootMu.Unlock()
+}
+
+// unmountRoot detaches a shared root and removes its mount point. Only a
+// directory under a rootfs dir that is no longer a mount point is removed,
+// and only with rmdir.
+func unmountRoot(dir string) error {
+	for unix.Unmount(dir, unix.MNT_DETACH) == nil {
+	}
+	if err := unix.Rmdir(dir); err != nil && !errors.Is(err, unix.ENOENT) {
+		return err
+	}
+	return nil
+}
+
+// isSharedRoot says whether a snapshot is a shared root view, and where it
+// is mounted.
+func isSharedRoot(info snapshots.Info) (string, bool) {
+	dir, ok := info.Labels[LabelRootfs]
+	return dir, ok && filepath.IsAbs(dir)
+}
