@@ -186,7 +186,7 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, errors.New("no languages configured (use DefaultLanguages with the image ref)")
 	}
 	if cfg.UsesShim() {
-		if err := cfg.checkShim(); err != nil {
+		if err := cfg.CheckShim(); err != nil {
 			return nil, err
 		}
 	}

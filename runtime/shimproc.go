@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -53,8 +55,8 @@ func (c *Config) shimDefaults() {
 	}
 }
 
-// checkShim says what is missing before anything runs.
-func (c *Config) checkShim() error {
+// CheckShim says what sandpit's runtime is missing, before anything runs.
+func (c *Config) CheckShim() error {
 	for _, name := range []string{ShimRuntimeBinary, ShimDaemonBinary} {
 		p := filepath.Join(c.ShimDir, name)
 		if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 || !filepath.IsAbs(p) {
@@ -128,9 +130,9 @@ func (r *Runtime) startShim() (_ *shimProc, retErr error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("shim state dir: %w", err)
 	}
-	sock := filepath.Join(root, "shim.sock")
-	if len(sock) > 100 {
-		return nil, fmt.Errorf("shim socket path %s is too long for a unix socket: use a shorter --state-dir", sock)
+	sock, err := shimSocket(root)
+	if err != nil {
+		return nil, err
 	}
 	os.Remove(sock)
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
@@ -255,6 +257,7 @@ func (r *Runtime) stopShim() {
 		syscall.Kill(s.pid, syscall.SIGKILL)
 		<-s.done
 	}
+	os.Remove(s.sock)
 }
 
 // runtimeOpts registers the sandbox's runtime with containerd: the runc
@@ -273,6 +276,23 @@ func (r *Runtime) runtimeOpts(ctx context.Context) (containerd.NewContainerOpts,
 		Root:           filepath.Join(s.root, "runc"),
 		TaskApiAddress: "unix://" + s.sock,
 	}), s, nil
+}
+
+// shimSocket is the shim's task API socket: in its root, or, when that path
+// is too long for a unix socket (108 bytes with the NUL), under
+// /run/sandpit/s named by a hash of the root, as containerd names its
+// shims' sockets.
+func shimSocket(root string) (string, error) {
+	sock := filepath.Join(root, "shim.sock")
+	if len(sock) < 100 {
+		return sock, nil
+	}
+	sum := sha256.Sum256([]byte(root))
+	dir := "/run/sandpit/s"
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return "", fmt.Errorf("shim socket dir: %w", err)
+	}
+	return filepath.Join(dir, hex.EncodeToString(sum[:12])+".sock"), nil
 }
 
 // shimLost turns the error of a sandbox whose shim died into ErrShimDied.

@@ -88,6 +88,11 @@ need_file() {
 need containerd containerd 1.6
 need runc runc 1.1
 need debootstrap debootstrap
+if [ "$want_go" -eq 1 ]; then
+	# Building: cgo (SQLite, and seccomp in sandpit-shim through libseccomp).
+	need gcc gcc
+	need_file /usr/include/seccomp.h libseccomp-dev
+fi
 need_file /usr/share/keyrings/debian-archive-keyring.gpg debian-archive-keyring
 need_file /etc/ssl/certs/ca-certificates.crt ca-certificates
 if [ "$rootless" -eq 1 ]; then

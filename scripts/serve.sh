@@ -24,19 +24,23 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
 
-# Rebuild only when a source file is newer than the binary (a copy with
-# bin/sandpit and scripts/ only never rebuilds).
+# Rebuild only when a binary is missing or a source file is newer than the
+# oldest one (a copy with bin/ and scripts/ only never rebuilds).
 stale() {
-	[ ! -x bin/sandpit ] || [ -n "$(find cmd runtime oci mcp store images internal go.mod go.sum -newer bin/sandpit -print -quit 2>/dev/null)" ]
+	local b
+	for b in bin/sandpit bin/sandpit-shim bin/containerd-shim-sandpit-v1; do
+		[ -x "$b" ] || return 0
+		[ -z "$(find cmd runtime oci mcp store images internal go.mod go.sum -newer "$b" -print -quit 2>/dev/null)" ] || return 0
+	done
+	return 1
 }
 deps=()
 stale || deps+=(--no-go)
 [ "$(id -u)" -eq 0 ] || deps+=(--rootless)
 scripts/install-deps.sh "${deps[@]}"
 if stale; then
-	echo "serve.sh: building bin/sandpit" >&2
-	mkdir -p bin
-	go build -o bin/sandpit ./cmd/sandpit >&2
+	echo "serve.sh: building bin/sandpit and its shims" >&2
+	scripts/build.sh >&2
 fi
 
 if [ "$(id -u)" -eq 0 ]; then

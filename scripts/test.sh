@@ -20,7 +20,7 @@ scripts/install-deps.sh $vm
 export PATH="/usr/local/go/bin:$PATH"
 
 echo "== build"
-go build -o bin/sandpit ./cmd/sandpit
+scripts/build.sh
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
 	echo "gofmt needed on:"; echo "$unformatted"; exit 1
@@ -50,7 +50,14 @@ echo "== tests"
 export SANDPIT_TEST_CONTAINERD="$sock"
 export SANDPIT_REQUIRE_INTEGRATION=1
 export SANDPIT_BIN="$PWD/bin/sandpit"
+export SANDPIT_TEST_RUNTIME=sandpit # the shim serve uses by default
 go test -count=1 -timeout 30m ./...
+# The suite above runs sandboxes under sandpit's own shim (the default);
+# the containerd runc shim stays selectable, so the attack suite, the
+# pool's equivalence table and the stdio integrity soak run under it too.
+echo "== runtime tests under io.containerd.runc.v2"
+SANDPIT_TEST_RUNTIME=io.containerd.runc.v2 go test -count=1 -timeout 20m \
+	-run 'TestAttack|TestPoolBehavesLikeCold|TestStdioIntegrity|TestRunPrograms' ./runtime
 
 if [ -x scripts/inspector-test.sh ]; then
 	echo "== MCP Inspector (third-party client)"

@@ -62,7 +62,7 @@ func runBench(c *cli.Context) error {
 	}
 	// The runtime flags this bench was given, so serve measures the same sandbox.
 	var serveArgs []string
-	for _, f := range []string{"namespace", "runtime", "runc-binary", "shim-dir", "userns", "memory-mb", "pids", "cpus", "output-kb"} {
+	for _, f := range []string{"namespace", "runtime", "runc-binary", "shim-dir", "rootfs-dir", "userns", "memory-mb", "pids", "cpus", "output-kb"} {
 		serveArgs = append(serveArgs, fmt.Sprintf("--%s=%v", f, c.Value(f)))
 	}
 	if c.String("catalog") != "" { // the same languages on the same images

@@ -28,9 +28,10 @@ func containerdFlags() []cli.Flag {
 		privateDirFlag(),
 		privateRootFlag(),
 		&cli.BoolFlag{Name: "no-start", Usage: "never start a private containerd"},
-		&cli.StringFlag{Name: "runtime", Value: "io.containerd.runc.v2", Usage: "containerd runtime (shim): io.containerd.runc.v2, or sandpit (sandpit's own shim: one process per instance serving every sandbox)"},
+		&cli.StringFlag{Name: "runtime", Usage: "containerd runtime (shim): sandpit, sandpit's own (one shim per instance serving every sandbox, the default), or io.containerd.runc.v2 (a shim per sandbox; the default rootless)"},
 		&cli.StringFlag{Name: "cgroup-parent", Usage: "cgroup under which each sandbox's cgroup is created (default: /<namespace>/<id>, containerd's)"},
 		&cli.StringFlag{Name: "shim-cgroup", Usage: "cgroup the shims are moved into (default: where they start)"},
+		&cli.StringFlag{Name: "rootfs-dir", Value: runtime.DefaultRootfsDir, Usage: "where each instance mounts its read-only image roots (must be searchable by others: sandboxes run as unprivileged host ids)"},
 		&cli.StringFlag{Name: "shim-dir", Usage: "where containerd-shim-sandpit-v1 and sandpit-shim are, for --runtime sandpit (default: beside this binary)", EnvVars: []string{"SANDPIT_SHIM_DIR"}},
 		&cli.StringFlag{Name: "runc-binary", Value: "runc", Usage: "OCI runtime binary for the shim: runc, or runsc (gVisor) where installed"},
 		&cli.StringFlag{Name: "state-dir", Value: "/run/sandpit/state", Usage: "per-instance state: run files, FIFOs, workspace views, instance locks"},
@@ -82,6 +83,7 @@ func runtimeConfig(c *cli.Context, addr string) runtime.Config {
 		ShimDir:      c.String("shim-dir"),
 		CgroupParent: c.String("cgroup-parent"),
 		ShimCgroup:   c.String("shim-cgroup"),
+		RootfsDir:    c.String("rootfs-dir"),
 		Languages:    runtime.Languages(mustCatalog(c)),
 		Limits: oci.Limits{
 			MemoryBytes: c.Int64("memory-mb") << 20,
@@ -98,6 +100,14 @@ func runtimeConfig(c *cli.Context, addr string) runtime.Config {
 		cfg.Sessions.Max = -1 // off
 	}
 	cfg.Rootless = c.Bool("rootless") || host.IsRootless()
+	if cfg.RuntimeName == "" {
+		// sandpit's shim creates sandboxes as root; a rootless daemon's go
+		// through runc's shim.
+		cfg.RuntimeName = runtime.RuntimeSandpit
+		if cfg.Rootless {
+			cfg.RuntimeName = "io.containerd.runc.v2"
+		}
+	}
 	cfg.AllowUnenforcedLimits = c.Bool("allow-unenforced-limits")
 	cfg.Preflight, _ = runtime.ParsePreflightPolicy(c.String("preflight-deny-modules"), c.String("preflight-deny-builtins")) // validated by the flags' Action
 	switch {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	osexec "os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -130,6 +131,14 @@ func checkBinaries(d *doctorEnv) []check {
 	}
 	if err := runtime.CheckRuntimeBinary(d.c.String("runc-binary"), d.mode); err != nil {
 		out = append(out, check{name: "runc-binary", ok: false, info: err.Error(), fix: sandpit.HintOf(err)})
+	}
+	if cfg := runtimeConfig(d.c, ""); cfg.UsesShim() {
+		cfg.Defaults()
+		ch := check{name: "sandpit shim", ok: true, info: "runtime " + cfg.RuntimeName + ": " + filepath.Join(cfg.ShimDir, runtime.ShimDaemonBinary)}
+		if err := cfg.CheckShim(); err != nil {
+			ch.ok, ch.info, ch.fix = false, err.Error(), sandpit.HintOf(err)
+		}
+		out = append(out, ch)
 	}
 	return out
 }

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Build sandpit's three programs into bin/ (serve.sh and test.sh call this):
+#   bin/sandpit                     the server and CLI
+#   bin/sandpit-shim                sandpit's containerd shim (libcontainer,
+#                                   seccomp through cgo: needs gcc and
+#                                   libseccomp-dev)
+#   bin/containerd-shim-sandpit-v1  the runtime binary containerd execs for
+#                                   each task, and the in-sandbox seccomp
+#                                   loader; static, standard library only
+# sandpit finds the shims beside itself (--shim-dir to look elsewhere).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/usr/local/go/bin:$PATH"
+mkdir -p bin
+go build -o bin/sandpit ./cmd/sandpit
+go build -tags seccomp,runc_nocriu -o bin/sandpit-shim ./cmd/sandpit-shim
+CGO_ENABLED=0 go build -o bin/containerd-shim-sandpit-v1 ./cmd/containerd-shim-sandpit-v1
