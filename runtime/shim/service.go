@@ -392,7 +392,13 @@ func destroyLeftovers(root string, log *slog.Logger) error {
 			continue
 		}
 		rootfs := c.Config().Rootfs
+		// Its init is not this shim's child: wait for it to be gone.
 		c.Signal(syscall.SIGKILL)
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if st, err := c.Status(); err != nil || st == libcontainer.Stopped {
+				break
+			}
+		}
 		if err := c.Destroy(); err != nil {
 			errs = append(errs, fmt.Errorf("destroy leftover %s: %w", id, err))
 			continue

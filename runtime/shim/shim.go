@@ -119,10 +119,15 @@ func Serve(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// unmountLeftover detaches a dead container's rootfs mount, if containerd
-// has not already.
+// unmountLeftover detaches a dead container's rootfs, if the shim mounted
+// it (a bundle's rootfs/, for a task created with rootfs mounts) and
+// containerd has not already: a root the client made and passed by path
+// (sandpit's shared roots) is the client's.
 func unmountLeftover(rootfs string) {
-	if rootfs != "" {
+	if rootfs == "" || filepath.Base(rootfs) != "rootfs" {
+		return
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(rootfs), "config.json")); err == nil {
 		mount.UnmountAll(rootfs, unix.MNT_DETACH)
 	}
 }

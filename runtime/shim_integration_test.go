@@ -1,0 +1,137 @@
+package runtime_test
+
+// Tests of sandpit's own shim (runtime/shim, --runtime sandpit) that the
+// suites shared by both runtimes (attack, pool, soak) do not cover: what
+// happens when the shim dies under runs.
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
+	"github.com/sandpit-dev/sandpit/internal/testruntime"
+	"github.com/sandpit-dev/sandpit/runtime"
+)
+
+// withShim runs sandboxes under sandpit's shim, whatever SANDPIT_TEST_RUNTIME
+// says; it fails (skips locally) without the shim's programs.
+func withShim(t *testing.T) func(*runtime.Config) {
+	t.Helper()
+	dir := testruntime.ShimDir()
+	for _, name := range []string{runtime.ShimRuntimeBinary, runtime.ShimDaemonBinary} {
+		if _, err := os.Stat(filepath.Join(dir, name)); dir == "" || err != nil {
+			testenv.Skip(t, "sandpit's shim is not built: set SANDPIT_BIN or SANDPIT_SHIM_DIR to the bin/ of scripts/build.sh")
+		}
+	}
+	return func(c *runtime.Config) { c.RuntimeName, c.ShimDir = runtime.RuntimeSandpit, dir }
+}
+
+// shimPids returns the sandpit-shim processes serving the state dir.
+func shimPids(t *testing.T, stateDir string) []int {
+	t.Helper()
+	var out []int
+	root := filepath.Join(stateDir, "shim")
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		argv := strings.Split(string(b), "\x00")
+		if filepath.Base(argv[0]) != runtime.ShimDaemonBinary {
+			continue
+		}
+		for i, a := range argv {
+			if a == "-root" && i+1 < len(argv) && argv[i+1] == root {
+				pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
+// The shim killed while runs are in flight: they end promptly with an error
+// that names the shim (class unavailable, not a containerd outage), the
+// sandboxes it held are killed and removed (a fresh shim destroys what the
+// dead one left), the next run works and the pool refills, and nothing is
+// left at the end (newRuntime checks containerd; this test the shim's state
+// and processes).
+func TestShimCrashMidRun(t *testing.T) {
+	r := newRuntime(t, withShim(t), withPool(1, time.Minute))
+	cfg := r.Config()
+	if res := run(t, r, sandpit.Request{Language: "python", Code: "print(1)"}); res.Status != sandpit.StatusSuccess {
+		t.Fatalf("first run: %+v", res)
+	}
+	waitReady(t, r, "python", 1)
+	marker := "sandpit-shimcrash-" + token(t)[:12]
+	type out struct {
+		res *sandpit.Result
+		err error
+	}
+	inflight := make(chan out, 2)
+	for range 2 {
+		go func() {
+			res, err := r.Run(t.Context(), sandpit.Request{Language: "bash", Code: "exec -a " + marker + " sleep 600", Timeout: 50 * time.Second})
+			inflight <- out{res, err}
+		}()
+	}
+	waitPrograms(t, cfg.Address, cfg.Instance, 2)
+	for deadline := time.Now().Add(10 * time.Second); len(hostProcs(t, marker)) < 2; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the runs' programs never showed up: %v", hostProcs(t, marker))
+		}
+	}
+	pids := shimPids(t, cfg.StateDir)
+	if len(pids) != 1 {
+		t.Fatalf("want one sandpit-shim serving %s, found %v", cfg.StateDir, pids)
+	}
+	t0 := time.Now()
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		select {
+		case o := <-inflight:
+			t.Logf("in-flight run %d ended %s after the kill: %v", i, time.Since(t0).Round(time.Millisecond), o.err)
+			switch {
+			case o.err == nil:
+				t.Errorf("in-flight run: status %s, want an error saying the shim died", o.res.Status)
+			case !errors.Is(o.err, runtime.ErrShimDied) || !errors.Is(o.err, sandpit.ErrUnavailable):
+				t.Errorf("in-flight run: error %v, want ErrShimDied (class unavailable)", o.err)
+			case !strings.Contains(o.err.Error(), strconv.Itoa(pids[0])) || sandpit.HintOf(o.err) == "":
+				t.Errorf("in-flight run: error %q (hint %q) does not name the shim and its log", o.err, sandpit.HintOf(o.err))
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("an in-flight run still hangs 30 s after its shim was killed")
+		}
+	}
+	// The dead shim's sandboxes kept running; the fresh one kills them.
+	for deadline := time.Now().Add(20 * time.Second); len(hostProcs(t, marker)) > 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("programs of the dead shim's sandboxes still run: %v", hostProcs(t, marker))
+		}
+	}
+	if got := shimPids(t, cfg.StateDir); len(got) != 1 || got[0] == pids[0] {
+		t.Errorf("want one fresh sandpit-shim, found %v (the dead one was %d)", got, pids[0])
+	}
+	if res := run(t, r, sandpit.Request{Language: "python", Code: "print('back')"}); res.Status != sandpit.StatusSuccess || res.Stdout != "back\n" {
+		t.Fatalf("run after the crash: %+v", res)
+	}
+	waitReady(t, r, "python", 1)
+	r.Close()
+	if got := shimPids(t, cfg.StateDir); len(got) > 0 {
+		t.Errorf("sandpit-shim still runs after Close: %v", got)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(cfg.StateDir, "shim", "containers")); len(entries) > 0 {
+		log, _ := os.ReadFile(filepath.Join(cfg.StateDir, "shim", "shim.log"))
+		t.Errorf("the shim's state dir still holds %d containers after Close (%s); its log:\n%s", len(entries), entries[0].Name(), log)
+	}
+}
