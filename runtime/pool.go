@@ -32,8 +32,22 @@ import (
 
 // PoolConfig sizes the warm pool.
 type PoolConfig struct {
-	// Size is how many ready sandboxes to keep per language; 0 disables it.
+	// Size is how many started sandboxes to keep ready per image when
+	// requests are sparse; 0 disables the pool.
 	Size int
+	// MaxSize caps the started sandboxes kept under a burst: each request
+	// that finds none ready doubles the target, up to MaxSize, and it
+	// shrinks back by one every ShrinkAfter without such a miss. Default
+	// 4 × Size; at most Size disables growing.
+	MaxSize int
+	// Created is how many more to keep created but not started: a request
+	// that finds no started one takes one of these and pays only its start
+	// (the program's interpreter starts then), not its creation; and a
+	// started one is refilled by starting one of these. Default 0.
+	Created int
+	// ShrinkAfter is how long without a miss before the target shrinks by
+	// one (default 30 s).
+	ShrinkAfter time.Duration
 	// IdleTimeout destroys ready sandboxes nobody claimed for this long, and
 	// stops refilling until the next request.
 	IdleTimeout time.Duration
@@ -46,33 +60,45 @@ type PoolConfig struct {
 type PoolStats struct {
 	Created   int64 `json:"created"`
 	Claimed   int64 `json:"claimed"`
-	Expired   int64 `json:"expired"`
+	Expired   int64 `json:"expired"`   // idle too long, or beyond a shrinking target
 	Discarded int64 `json:"discarded"` // failed to start, or dropped at Close
-	Ready     int   `json:"ready"`
+	Ready     int   `json:"ready"`     // started and waiting
+	Parked    int   `json:"parked"`    // created, not started
+	Target    int   `json:"target"`    // started ones wanted now (Size … MaxSize)
+	Misses    int64 `json:"misses"`    // requests that found none started
 }
 
 type pool struct {
-	r     *Runtime
-	image string
-	size  int
-	idle  time.Duration
+	r           *Runtime
+	image       string
+	size        int // the floor of target
+	maxSize     int
+	parkedSize  int
+	shrinkAfter time.Duration
+	idle        time.Duration
 
 	mu       sync.Mutex
-	ready    []*warm
-	filling  int
+	ready    []*warm // started
+	parked   []*warm // created, not started
+	filling  int     // started ones on their way (made or promoted)
+	parking  int     // parked ones on their way
+	target   int
+	lastMiss time.Time
 	lastUse  time.Time
 	closed   bool
 	failures int // consecutive creation failures, for back-off
 
-	created, claimed, expired, discarded atomic.Int64
+	created, claimed, expired, discarded, misses atomic.Int64
 }
 
-// warm is one pooled sandbox, started and waiting.
+// warm is one pooled sandbox, started and waiting, or created and parked
+// (started when claimed).
 type warm struct {
 	sb       *sandbox
 	liveness *os.File // the liveness FIFO's only writer (init.go)
 	dir      string   // per-sandbox host dir: src/, ws/ (shared mount point), fifo/
 	created  time.Time
+	parked   bool // not started yet; whoever claims it starts it
 	used     atomic.Bool
 }
 
@@ -98,7 +124,16 @@ func (r *Runtime) startPools() {
 			r.pooled[l.Name] = p
 			continue
 		}
-		p := &pool{r: r, image: l.Image, size: pc.Size, idle: idle, lastUse: time.Now()}
+		maxSize := pc.MaxSize
+		if maxSize == 0 {
+			maxSize = 4 * pc.Size
+		}
+		shrink := pc.ShrinkAfter
+		if shrink <= 0 {
+			shrink = 30 * time.Second
+		}
+		p := &pool{r: r, image: l.Image, size: pc.Size, maxSize: max(maxSize, pc.Size), parkedSize: max(pc.Created, 0),
+			shrinkAfter: shrink, idle: idle, lastUse: time.Now(), target: pc.Size}
 		r.pools[l.Image] = p
 		r.pooled[l.Name] = p
 		p.refill()
@@ -106,27 +141,28 @@ func (r *Runtime) startPools() {
 	}
 }
 
-// claim returns a ready sandbox, or nil when none is ready (the caller then
-// runs cold). The caller calls refill once its run is over: starting a
-// sandbox costs a few hundred milliseconds of CPU, which on a small host
-// would otherwise be taken from the very run that claimed one.
+// claim returns a started sandbox, else a parked one (the caller starts
+// it), or nil when the pool has neither (the caller then runs cold). The
+// caller calls refill once its run is over: making a sandbox costs tens of
+// milliseconds of CPU, which on a small host would otherwise be taken from
+// the very run that claimed one — except under a burst: a request that
+// finds no started sandbox doubles the target and refills at once, since
+// the next requests are already coming.
 func (p *pool) claim() *warm {
 	p.mu.Lock()
 	p.lastUse = time.Now()
-	var w *warm
-	for len(p.ready) > 0 && w == nil {
-		n := len(p.ready)
-		w = p.ready[n-1]
-		p.ready = p.ready[:n-1]
-		if !w.alive() {
-			// Its waiter died (killed from outside, containerd restarted):
-			// never hand it out.
-			p.r.log.Warn("warm pool: discarding a sandbox that exited while waiting", "id", w.sb.id)
-			p.r.background(func(w *warm) func() { return func() { p.discard(w) } }(w))
-			w = nil
-		}
+	w := p.pop(&p.ready)
+	miss := w == nil
+	if miss {
+		w = p.pop(&p.parked)
+		p.misses.Add(1)
+		p.lastMiss = time.Now()
+		p.target = min(p.maxSize, max(2*p.target, p.target+1))
 	}
 	p.mu.Unlock()
+	if miss {
+		p.refill()
+	}
 	if w != nil && !w.used.CompareAndSwap(false, true) {
 		panic("warm pool: sandbox claimed twice") // a bug, never a runtime condition
 	}
@@ -134,6 +170,23 @@ func (p *pool) claim() *warm {
 		p.claimed.Add(1)
 	}
 	return w
+}
+
+// pop takes the newest live sandbox of a tier; p.mu is held.
+func (p *pool) pop(tier *[]*warm) *warm {
+	for len(*tier) > 0 {
+		n := len(*tier)
+		w := (*tier)[n-1]
+		*tier = (*tier)[:n-1]
+		if w.alive() {
+			return w
+		}
+		// Its waiter died (killed from outside, containerd or the shim
+		// restarted): never hand it out.
+		p.r.log.Warn("warm pool: discarding a sandbox that exited while waiting", "id", w.sb.id)
+		p.r.background(func() { p.discard(w) })
+	}
+	return nil
 }
 
 // alive reports whether the waiter is still waiting. A dead one's exit
@@ -147,20 +200,30 @@ func (w *warm) alive() bool {
 	}
 }
 
-// refill starts sandboxes until ready+filling reaches the pool size.
+// refill brings started sandboxes up to the target (starting parked ones
+// first: their creation is paid already) and parked ones up to their size.
 func (p *pool) refill() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || time.Since(p.lastUse) > p.idle {
 		return
 	}
-	for len(p.ready)+p.filling < p.size {
+	for len(p.ready)+p.filling < p.target {
 		p.filling++
-		p.r.background(p.fillOne)
+		if w := p.pop(&p.parked); w != nil {
+			p.r.background(func() { p.promote(w) })
+		} else {
+			p.r.background(func() { p.fillOne(false) })
+		}
+	}
+	for len(p.parked)+p.parking < p.parkedSize {
+		p.parking++
+		p.r.background(func() { p.fillOne(true) })
 	}
 }
 
-func (p *pool) fillOne() {
+// fillOne makes one sandbox, started or parked.
+func (p *pool) fillOne(park bool) {
 	// Back off after failures (containerd down, image missing) so a broken
 	// host is not hammered; requests still run cold and report the error.
 	p.mu.Lock()
@@ -169,9 +232,13 @@ func (p *pool) fillOne() {
 	if delay > 0 {
 		time.Sleep(delay)
 	}
-	w, err := p.r.newWarm(context.Background(), p.image)
+	w, err := p.r.newWarm(context.Background(), p.image, !park)
 	p.mu.Lock()
-	p.filling--
+	if park {
+		p.parking--
+	} else {
+		p.filling--
+	}
 	if errors.Is(err, errNoInit) {
 		// For good: the image cannot run the waiter. Requests run cold.
 		p.closed = true
@@ -187,12 +254,42 @@ func (p *pool) fillOne() {
 	}
 	p.created.Add(1)
 	p.failures = 0
+	p.keep(w)
+}
+
+// promote starts a parked sandbox for the started tier.
+func (p *pool) promote(w *warm) {
+	err := p.r.startWarm(context.Background(), w)
+	p.mu.Lock()
+	p.filling--
+	if err != nil {
+		p.mu.Unlock()
+		p.r.log.Debug("warm pool: cannot start a parked sandbox", "id", w.sb.id, "err", err)
+		p.discard(w)
+		return
+	}
+	p.keep(w)
+	// The parked tier lost one.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.parked)+p.parking < p.parkedSize && !p.closed {
+		p.parking++
+		p.r.background(func() { p.fillOne(true) })
+	}
+}
+
+// keep adds a new sandbox to its tier; p.mu is held and released.
+func (p *pool) keep(w *warm) {
 	if p.closed {
 		p.mu.Unlock()
 		p.discard(w)
 		return
 	}
-	p.ready = append(p.ready, w)
+	if w.parked {
+		p.parked = append(p.parked, w)
+	} else {
+		p.ready = append(p.ready, w)
+	}
 	p.mu.Unlock()
 }
 
@@ -201,9 +298,10 @@ func (p *pool) discard(w *warm) {
 	p.r.destroyWarm(w)
 }
 
-// expireLoop destroys sandboxes idle for longer than the idle timeout.
+// expireLoop destroys sandboxes idle for longer than the idle timeout, and
+// shrinks a target grown by a burst once misses stop.
 func (p *pool) expireLoop() {
-	tick := time.NewTicker(max(p.idle/4, 50*time.Millisecond))
+	tick := time.NewTicker(max(min(p.idle, p.shrinkAfter)/4, 50*time.Millisecond))
 	defer tick.Stop()
 	for range tick.C {
 		p.mu.Lock()
@@ -211,15 +309,26 @@ func (p *pool) expireLoop() {
 			p.mu.Unlock()
 			return
 		}
-		var keep, old []*warm
-		for _, w := range p.ready {
-			if time.Since(w.created) > p.idle {
-				old = append(old, w)
-			} else {
-				keep = append(keep, w)
+		var old []*warm
+		for _, tier := range []*[]*warm{&p.ready, &p.parked} {
+			var keep []*warm
+			for _, w := range *tier {
+				if time.Since(w.created) > p.idle {
+					old = append(old, w)
+				} else {
+					keep = append(keep, w)
+				}
+			}
+			*tier = keep
+		}
+		if p.target > p.size && time.Since(p.lastMiss) > p.shrinkAfter {
+			p.target--
+			p.lastMiss = time.Now() // one step per ShrinkAfter
+			if len(p.ready) > p.target {
+				old = append(old, p.ready[0]) // the oldest
+				p.ready = p.ready[1:]
 			}
 		}
-		p.ready = keep
 		p.mu.Unlock()
 		for _, w := range old {
 			p.expired.Add(1)
@@ -234,21 +343,22 @@ func (p *pool) expireLoop() {
 func (p *pool) close() {
 	p.mu.Lock()
 	p.closed = true
-	ready := p.ready
-	p.ready = nil
+	all := append(p.ready, p.parked...)
+	p.ready, p.parked = nil, nil
 	p.mu.Unlock()
-	for _, w := range ready {
+	for _, w := range all {
 		p.discard(w)
 	}
 }
 
-// flush discards every ready sandbox (their client is gone) and refills.
+// flush discards every pooled sandbox (their client or shim is gone) and
+// refills.
 func (p *pool) flush() {
 	p.mu.Lock()
-	ready := p.ready
-	p.ready = nil
+	all := append(p.ready, p.parked...)
+	p.ready, p.parked = nil, nil
 	p.mu.Unlock()
-	for _, w := range ready {
+	for _, w := range all {
 		p.r.background(func() { p.discard(w) })
 	}
 	p.refill()
@@ -256,9 +366,9 @@ func (p *pool) flush() {
 
 func (p *pool) stats() PoolStats {
 	p.mu.Lock()
-	n := len(p.ready)
-	p.mu.Unlock()
-	return PoolStats{Created: p.created.Load(), Claimed: p.claimed.Load(), Expired: p.expired.Load(), Discarded: p.discarded.Load(), Ready: n}
+	defer p.mu.Unlock()
+	return PoolStats{Created: p.created.Load(), Claimed: p.claimed.Load(), Expired: p.expired.Load(), Discarded: p.discarded.Load(),
+		Ready: len(p.ready), Parked: len(p.parked), Target: p.target, Misses: p.misses.Load()}
 }
 
 // PoolStats reports the pool each pooled language uses (languages on one
@@ -271,8 +381,9 @@ func (r *Runtime) PoolStats() map[string]PoolStats {
 	return out
 }
 
-// newWarm creates and starts one pooled sandbox.
-func (r *Runtime) newWarm(ctx context.Context, image string) (_ *warm, retErr error) {
+// newWarm creates one pooled sandbox, and starts it unless it is to be
+// parked.
+func (r *Runtime) newWarm(ctx context.Context, image string, start bool) (_ *warm, retErr error) {
 	ctx = r.nsctx(ctx)
 	c, err := r.connect(ctx)
 	if err != nil {
@@ -317,10 +428,23 @@ func (r *Runtime) newWarm(ctx context.Context, image string) (_ *warm, retErr er
 		return w, err
 	}
 	w.sb = sb
+	if !start {
+		w.parked = true
+		return w, nil
+	}
 	if err := r.start(ctx, sb); err != nil {
 		return w, err
 	}
 	return w, nil
+}
+
+// startWarm starts a parked sandbox.
+func (r *Runtime) startWarm(ctx context.Context, w *warm) error {
+	if err := r.start(r.nsctx(ctx), w.sb); err != nil {
+		return err
+	}
+	w.parked = false
+	return nil
 }
 
 // withSlaveBind binds a host dir read-write and exec-able, receiving mounts
@@ -376,6 +500,12 @@ func (r *Runtime) runWarm(ctx context.Context, w *warm, lang *LanguageSpec, req 
 	if err := ctx.Err(); err != nil {
 		// Cancelled while the workspace was being opened: start nothing.
 		return nil, fmt.Errorf("run cancelled before it started: %w", err)
+	}
+	if w.parked {
+		// Only its start is left to pay.
+		if err := r.startWarm(ctx, w); err != nil {
+			return nil, fmt.Errorf("%w: %v", errWarmLost, err)
+		}
 	}
 	mode, header := initRequest(lang, req, cwd)
 	watchOutput(w.sb, req.Output, mode)

@@ -225,7 +225,7 @@ func (b *suite) comparators(ctx context.Context, langs []string) ([]Comparator, 
 		cfg.Instance, cfg.StateDir = b.instance(suffix), filepath.Join(b.dir, suffix)
 		cfg.Pool = runtime.PoolConfig{}
 		if name == "sandpit-warm" {
-			cfg.Pool = runtime.PoolConfig{Size: 2, IdleTimeout: 5 * time.Minute}
+			cfg.Pool = runtime.PoolConfig{Size: 2, Created: 2, IdleTimeout: 5 * time.Minute} // serve's defaults
 		}
 		grp, err := b.group(name)
 		if err != nil {
