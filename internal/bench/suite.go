@@ -62,8 +62,10 @@ type SuiteConfig struct {
 	// state dir, stores and pool flags).
 	ServeBinary string
 	ServeArgs   []string
-	Version     string // sandpit's version, for the report
-	Command     string // the command line, for the report
+	// NoCPU skips CPU accounting: paths run in no cgroup of the bench's.
+	NoCPU   bool
+	Version string // sandpit's version, for the report
+	Command string // the command line, for the report
 }
 
 // Programs are the benchmark programs, by group: the language they run as
@@ -122,7 +124,9 @@ func Run(ctx context.Context, cfg SuiteConfig) (*Report, error) {
 	}
 	defer b.close()
 
-	if cg, err := NewCgroups(fmt.Sprintf("%s-%d", b.prefix, os.Getpid())); err != nil {
+	if cfg.NoCPU {
+		b.report.Notes = append(b.report.Notes, "CPU per run not measured (--cpu=false)")
+	} else if cg, err := NewCgroups(fmt.Sprintf("%s-%d", b.prefix, os.Getpid())); err != nil {
 		b.report.Notes = append(b.report.Notes, "CPU per run not measured: "+err.Error())
 	} else {
 		b.cgroups = cg
