@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
-	"github.com/sandpit-dev/sandpit/internal/host"
 )
 
 // The static pre-flight is defence in depth, never the boundary: the kernel
@@ -106,7 +105,7 @@ func (r *Runtime) admit(ctx context.Context, lang *LanguageSpec, req sandpit.Req
 	if ctx.Value(preflightKey{}) != nil {
 		return nil
 	}
-	if err := CheckRuntimeBinary(r.cfg.RuncBinary, host.DetectCgroups()); err != nil {
+	if err := CheckRuntimeBinary(r.cfg.RuncBinary, r.cgroupMode); err != nil {
 		return err
 	}
 	if err := r.checkLimits(); err != nil {

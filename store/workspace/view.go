@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -261,7 +262,13 @@ func (v *overlayView) Close(ctx context.Context) (*sandpit.Changes, error) {
 				Reason: "an internal error stopped the merge (the server log has the cause); none of the run's changes were applied"}
 			return
 		}
-		v.changes = w.merge(ctx, v.runID, v.m.upper)
+		if empty, _ := isEmptyDir(v.m.upper); empty {
+			// The run changed nothing (most runs): no staging directory,
+			// no lock, no walk. The same result as merging an empty dir.
+			v.changes = noChanges()
+		} else {
+			v.changes = w.merge(ctx, v.runID, v.m.upper)
+		}
 		if err := v.m.release(); err != nil {
 			w.log.Warn("run view not fully released; Sweep removes it at next start", "run", v.runID, "err", err)
 		}
@@ -379,4 +386,22 @@ func (v *bindView) Close(ctx context.Context) (*sandpit.Changes, error) {
 		v.ch = c.changes()
 	})
 	return v.ch, v.err
+}
+
+// noChanges is what a merge of a run that changed nothing reports.
+func noChanges() *sandpit.Changes { return (&changeList{}).changes() }
+
+// isEmptyDir reports whether dir holds no entries (an overlay's upper dir
+// of a run that wrote, created and deleted nothing).
+func isEmptyDir(dir string) (bool, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(1)
+	if errors.Is(err, io.EOF) {
+		return true, nil
+	}
+	return len(names) == 0 && err == nil, err
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
@@ -293,5 +294,29 @@ func BenchmarkViewNoChange(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A run that changed nothing skips the merge; what it reports must be what
+// the merge of an empty upper dir reports.
+func TestNoChangesIsAnEmptyMerge(t *testing.T) {
+	w := newWS(t, Options{})
+	if err := os.WriteFile(filepath.Join(w.Dir(), "kept.txt"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	upper := t.TempDir()
+	if empty, err := isEmptyDir(upper); !empty || err != nil {
+		t.Fatalf("isEmptyDir(empty) = %v, %v", empty, err)
+	}
+	got, want := noChanges(), w.merge(t.Context(), "run1", upper)
+	want.MergeMS = got.MergeMS
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("fast path reports %+v, the merge %+v", got, want)
+	}
+	if err := os.WriteFile(filepath.Join(upper, "new.txt"), []byte("y"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if empty, err := isEmptyDir(upper); empty || err != nil {
+		t.Errorf("isEmptyDir(one file) = %v, %v", empty, err)
 	}
 }
