@@ -89,9 +89,10 @@ need containerd containerd 1.6
 need runc runc 1.1
 need debootstrap debootstrap
 if [ "$want_go" -eq 1 ]; then
-	# Building: cgo (SQLite, and seccomp in sandpit-shim through libseccomp).
+	# Building: cgo (SQLite, and, as root, seccomp in sandpit-shim through
+	# libseccomp; rootless serving builds no shim).
 	need gcc gcc
-	need_file /usr/include/seccomp.h libseccomp-dev
+	[ "$rootless" -eq 1 ] || need_file /usr/include/seccomp.h libseccomp-dev
 fi
 need_file /usr/share/keyrings/debian-archive-keyring.gpg debian-archive-keyring
 need_file /etc/ssl/certs/ca-certificates.crt ca-certificates

@@ -25,10 +25,19 @@ cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
 
 # Rebuild only when a binary is missing or a source file is newer than the
-# oldest one (a copy with bin/ and scripts/ only never rebuilds).
+# oldest one (a copy with bin/ and scripts/ only never rebuilds). Rootless,
+# sandboxes run under containerd's runc shim: sandpit's own shims (which
+# create sandboxes as root) are neither built nor needed.
+bins=(bin/sandpit)
+build=(scripts/build.sh)
+if [ "$(id -u)" -eq 0 ]; then
+	bins+=(bin/sandpit-shim bin/containerd-shim-sandpit-v1)
+else
+	build+=(--rootless)
+fi
 stale() {
 	local b
-	for b in bin/sandpit bin/sandpit-shim bin/containerd-shim-sandpit-v1; do
+	for b in "${bins[@]}"; do
 		[ -x "$b" ] || return 0
 		[ -z "$(find cmd runtime oci mcp store images internal go.mod go.sum -newer "$b" -print -quit 2>/dev/null)" ] || return 0
 	done
@@ -39,8 +48,8 @@ stale || deps+=(--no-go)
 [ "$(id -u)" -eq 0 ] || deps+=(--rootless)
 scripts/install-deps.sh "${deps[@]}"
 if stale; then
-	echo "serve.sh: building bin/sandpit and its shims" >&2
-	scripts/build.sh >&2
+	echo "serve.sh: building ${bins[*]}" >&2
+	"${build[@]}" >&2
 fi
 
 if [ "$(id -u)" -eq 0 ]; then
