@@ -44,6 +44,23 @@ type Workspace interface {
 	Open(ctx context.Context, runID string) (View, error)
 }
 
+// KeepingWorkspace is a Workspace that can keep a session's view prepared
+// between its calls (a call that changed nothing leaves it for the next,
+// which takes it only if nothing changed it or the workspace since).
+type KeepingWorkspace interface {
+	Workspace
+	NewKeeper() ViewKeeper
+}
+
+// ViewKeeper opens the views of one session's calls, one at a time.
+type ViewKeeper interface {
+	// Open is Workspace.Open for the session's next call.
+	Open(ctx context.Context, runID string) (View, error)
+	// Release lets go of the kept view (the session ended); views closed
+	// afterwards are not kept.
+	Release()
+}
+
 // View is one run's writable view of a workspace.
 type View interface {
 	// Dir is the host directory to bind at WorkspaceDir.

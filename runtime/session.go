@@ -154,13 +154,18 @@ type session struct {
 	errs   sessionStream
 	exited chan struct{} // the sandbox's task exited
 	exit   containerd.ExitStatus
-	cg     string // cgroup path
+	cg     *cgReader // its cgroup's counters (nil until it started)
 
 	frames     chan []byte // to the REPL's stdin, in order
 	framesMu   sync.Mutex
 	framesDone bool
 
 	call sync.Mutex // one call at a time
+
+	// The workspace views of its calls, kept between calls where the
+	// workspace can (sandpit.KeepingWorkspace). Guarded by sessions.mu.
+	keeper   sandpit.ViewKeeper
+	keeperOf sandpit.Workspace
 
 	// Guarded by sessions.mu.
 	lastUsed time.Time
@@ -245,7 +250,7 @@ func (r *Runtime) runSession(ctx context.Context, req sandpit.Request) (*sandpit
 	cwd := "/tmp"
 	tOpen := time.Now()
 	if req.Workspace != nil {
-		if view, err = req.Workspace.Open(ctx, id); err != nil {
+		if view, err = r.sess.openView(s, req.Workspace, ctx, id); err != nil {
 			return nil, fmt.Errorf("workspace: %w", err)
 		}
 		ws := filepath.Join(s.w.dir, "ws")
@@ -258,8 +263,8 @@ func (r *Runtime) runSession(ctx context.Context, req sandpit.Request) (*sandpit
 	res.WorkspaceOpenMS = time.Since(tOpen).Milliseconds()
 
 	call := r.sess.begin(s, id)
-	before, _ := r.cgroups.counters(s.cg)
-	r.cgroups.resetPeak(s.cg)
+	before, _ := s.cg.counters()
+	s.cg.resetPeak()
 	stdout, stderr := newCappedBuffer(r.cfg.OutputBytes), newCappedBuffer(r.cfg.OutputBytes)
 	var wOut, wErr func([]byte)
 	if fn := req.Output; fn != nil {
@@ -292,7 +297,7 @@ func (r *Runtime) runSession(ctx context.Context, req sandpit.Request) (*sandpit
 	res.Duration = time.Since(started)
 	res.DurationMS = res.Duration.Milliseconds()
 
-	after, ok := r.cgroups.counters(s.cg)
+	after, ok := s.cg.counters()
 	if ok {
 		res.Usage = sandpit.Usage{
 			CPUUserMS:       int64(after.cpuUserNS-before.cpuUserNS) / 1e6,
@@ -504,7 +509,7 @@ func (m *sessions) lostOutcome(s *session, why string) outcome {
 	}
 	if o.oom {
 		o.oom = false
-		if k, ok := m.r.cgroups.counters(s.cg); ok && k.oomKills > 0 {
+		if k, ok := s.cg.counters(); ok && k.oomKills > 0 {
 			o.oom = true
 		}
 	}
@@ -608,7 +613,7 @@ func (m *sessions) start(ctx context.Context, s *session) (retErr error) {
 		return fmt.Errorf("start session: %w", err)
 	}
 	s.w, s.alive = w, alive
-	s.cg = r.fallback().cgroupParent + "/" + r.cfg.Namespace + "/" + w.sb.id
+	s.cg = r.cgroups.open(r.fallback().cgroupParent + r.cgroupPath(w.sb.id))
 	defer func() {
 		if retErr != nil {
 			s.closeFrames()
@@ -730,7 +735,12 @@ func (m *sessions) end(s *session, why string) ([]string, int) {
 		m.ended = slices.Delete(m.ended, 0, len(m.ended)-endedRemembered)
 	}
 	names, more := s.names, s.more
+	keeper := s.keeper
+	s.keeper, s.keeperOf = nil, nil
 	m.mu.Unlock()
+	if keeper != nil {
+		keeper.Release()
+	}
 	m.r.log.Info("session ended", "session", s.name, "why", why)
 	s.out.abandon()
 	s.errs.abandon()
@@ -739,9 +749,36 @@ func (m *sessions) end(s *session, why string) ([]string, int) {
 		m.r.background(func() {
 			m.r.destroyWarm(s.w)
 			s.alive.Close()
+			s.cg.close()
 		})
 	}
 	return names, more
+}
+
+// openView opens the workspace view of a call of s: through the session's
+// keeper, which may hand back the view of its last call (see
+// store/workspace/keep.go), where the workspace keeps views.
+func (m *sessions) openView(s *session, ws sandpit.Workspace, ctx context.Context, id string) (sandpit.View, error) {
+	kw, ok := ws.(sandpit.KeepingWorkspace)
+	if !ok {
+		return ws.Open(ctx, id)
+	}
+	m.mu.Lock()
+	if s.gone != "" {
+		m.mu.Unlock()
+		return ws.Open(ctx, id)
+	}
+	var old sandpit.ViewKeeper
+	if s.keeper == nil || s.keeperOf != ws {
+		old = s.keeper
+		s.keeper, s.keeperOf = kw.NewKeeper(), ws
+	}
+	k := s.keeper
+	m.mu.Unlock()
+	if old != nil {
+		old.Release()
+	}
+	return k.Open(ctx, id)
 }
 
 // previous says why the last session called name ended, if one did.
@@ -841,7 +878,7 @@ func (r *Runtime) sessionInfo(s *session) sandpit.SessionInfo {
 		Calls: s.calls, Running: s.running, Expires: m.expiresLocked(s).UTC(), MaxAgeAt: s.maxAge.UTC(),
 		Names: slices.Clone(s.names), More: s.more}
 	m.mu.Unlock()
-	if k, ok := r.cgroups.counters(s.cg); ok {
+	if k, ok := s.cg.counters(); ok {
 		info.MemoryBytes, info.MemoryPeakBytes = k.memCurrent, k.memPeak
 		info.CPUUserMS, info.CPUSystemMS = int64(k.cpuUserNS/1e6), int64(k.cpuSysNS/1e6)
 	}

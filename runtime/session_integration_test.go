@@ -336,3 +336,28 @@ func TestSessionCancelEarly(t *testing.T) {
 		t.Fatalf("the session after early cancels: %+v", res)
 	}
 }
+
+// A session call's usage is its own: the CPU it burned and (cgroup v1,
+// where the peak can be reset) the memory it peaked at, read from the
+// session's cgroup before and after the call.
+func TestSessionCallUsage(t *testing.T) {
+	r := newRuntime(t, withPool(1, time.Minute))
+	sessionRun(t, r, "u", "x = 0", 0)
+	busy := sessionRun(t, r, "u", "b = b'x' * (64 << 20)\ns = sum(range(3 * 10**7))", 0)
+	if busy.Status != sandpit.StatusSuccess {
+		t.Fatalf("busy call: %+v", busy)
+	}
+	if cpu := busy.Usage.CPUUserMS + busy.Usage.CPUSystemMS; cpu < 50 {
+		t.Errorf("busy call used %d ms of CPU, want ≥ 50 (usage %+v)", cpu, busy.Usage)
+	}
+	if busy.Usage.MemoryPeakBytes < 64<<20 {
+		t.Errorf("busy call peaked at %d bytes, want ≥ 64 MiB", busy.Usage.MemoryPeakBytes)
+	}
+	idle := sessionRun(t, r, "u", "x += 1", 0)
+	if cpu := idle.Usage.CPUUserMS + idle.Usage.CPUSystemMS; cpu >= 50 {
+		t.Errorf("an idle call after a busy one used %d ms of CPU: the busy call's counted again", cpu)
+	}
+	if idle.Usage.PidsCurrent == 0 {
+		t.Errorf("idle call: no processes counted (usage %+v)", idle.Usage)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -539,4 +540,64 @@ func TestRunStreamsOutput(t *testing.T) {
 	if total-first < 2*time.Second {
 		t.Errorf("the first line came %s before the end, want the 3 s sleep between them", total-first)
 	}
+}
+
+// A session keeps its call's workspace view between calls when the call
+// changed nothing (store/workspace/keep.go); every change to the workspace
+// in between — write_file, a host edit of the same size, another run's
+// file after the session's failed lookup of it, an undo — must show in
+// the next call, and the kept view must go with the server.
+func TestMCPSessionSeesWorkspaceChanges(t *testing.T) {
+	s := newLifecycleStore(t)
+	srv, _ := s.start(t)
+	inst := srv.instanceOf(t)
+	c := srv.client
+	callOn(t, c, "write_file", map[string]any{"path": "a.txt", "content": "1"})
+	// Past the racy window: entries changed in the last 50 ms are not
+	// fingerprinted, and the view would not be kept at all.
+	time.Sleep(200 * time.Millisecond)
+	const probe = "import os\n(open('a.txt').read(), os.path.exists('n.txt'), os.path.exists('m.txt'))"
+	for i := range 3 {
+		if r := sessionCall(t, c, "ws", probe); r.Value != "('1', False, False)" {
+			t.Fatalf("call %d: %q (%s)", i+1, r.Value, r.Stderr)
+		}
+	}
+	callOn(t, c, "write_file", map[string]any{"path": "n.txt", "content": "n"})
+	if r := sessionCall(t, c, "ws", probe); r.Value != "('1', True, False)" {
+		t.Fatalf("after write_file: %q", r.Value)
+	}
+	time.Sleep(200 * time.Millisecond)
+	sessionCall(t, c, "ws", probe)
+	if err := os.WriteFile(filepath.Join(s.dir, "workspace", "a.txt"), []byte("2"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := sessionCall(t, c, "ws", probe); r.Value != "('2', True, False)" {
+		t.Fatalf("after a host edit: %q", r.Value)
+	}
+	time.Sleep(200 * time.Millisecond)
+	sessionCall(t, c, "ws", probe)
+	if r := runResult(t, callOn(t, c, "run_code", map[string]any{"language": "python", "code": "open('m.txt', 'w').write('m')"})); r.Status != "success" {
+		t.Fatalf("run: %+v", r)
+	}
+	if r := sessionCall(t, c, "ws", probe); r.Value != "('2', True, True)" {
+		t.Fatalf("after another run's file: %q", r.Value)
+	}
+	// The kept view predates a run that the undo takes back: the
+	// workspace's content is then what the view showed, but not the same
+	// tree (a restore swaps the root).
+	time.Sleep(200 * time.Millisecond)
+	const probeU = "import os\nos.listdir('.')"
+	before := sessionCall(t, c, "ws", probeU).Value
+	if r := runResult(t, callOn(t, c, "run_code", map[string]any{"language": "python", "code": "open('u.txt', 'w').write('u')"})); r.Status != "success" {
+		t.Fatalf("run: %+v", r)
+	}
+	if res := callOn(t, c, "undo_last_run", map[string]any{}); res.IsError {
+		t.Fatalf("undo: %s", text(res))
+	}
+	if r := sessionCall(t, c, "ws", probeU); r.Status != "success" || r.Value != before {
+		t.Fatalf("after undo: %q (%s), want %q", r.Value, r.Stderr, before)
+	}
+	srv.stdin.Close()
+	srv.waitExit(t, 30*time.Second)
+	assertNothingLeft(t, s, inst, 10*time.Second)
 }

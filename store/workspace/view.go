@@ -20,7 +20,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 )
 
-var _ sandpit.Workspace = (*Workspace)(nil)
+var _ sandpit.KeepingWorkspace = (*Workspace)(nil)
 
 var validRunID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
@@ -57,6 +57,11 @@ func (w *Workspace) probeOverlay() (bool, error) {
 // sandpit.Workspace. Until the view is closed, Replace (restore, undo)
 // waits for it.
 func (w *Workspace) Open(ctx context.Context, runID string) (sandpit.View, error) {
+	return w.open(ctx, runID, nil)
+}
+
+// open is Open for a run, or for a call of a session whose views k keeps.
+func (w *Workspace) open(ctx context.Context, runID string, k *keeper) (sandpit.View, error) {
 	if !validRunID.MatchString(runID) {
 		return nil, fmt.Errorf("workspace view: invalid run id %q", runID)
 	}
@@ -80,6 +85,15 @@ func (w *Workspace) Open(ctx context.Context, runID string) (sandpit.View, error
 		}
 		return v, err
 	}
+	var fp fingerprint
+	if k != nil {
+		if v := k.reuse(runID); v != nil {
+			return v, nil
+		}
+		// Taken before the mount: whatever changes after it, the overlay
+		// may or may not show, and the next call's check mismatches.
+		fp = w.fingerprint()
+	}
 	dir := filepath.Join(w.runsDir(), runID)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		w.runsUnlock()
@@ -99,7 +113,7 @@ func (w *Workspace) Open(ctx context.Context, runID string) (sandpit.View, error
 		w.runsUnlock()
 		return nil, fmt.Errorf("workspace view for run %s: %w", runID, err)
 	}
-	return &overlayView{w: w, runID: runID, m: m}, nil
+	return &overlayView{w: w, runID: runID, m: m, k: k, fp: fp}, nil
 }
 
 // runMount is one run's tmpfs (size = quota) holding upper and work dirs, and
@@ -239,6 +253,8 @@ type overlayView struct {
 	w     *Workspace
 	runID string
 	m     *runMount
+	k     *keeper     // the session's keeper, if any (keep.go)
+	fp    fingerprint // the workspace when m was mounted (with k only)
 
 	once    sync.Once
 	changes *sandpit.Changes
@@ -256,6 +272,12 @@ func (v *overlayView) Close(ctx context.Context) (*sandpit.Changes, error) {
 	v.once.Do(func() {
 		w := v.w
 		defer w.runsUnlock()
+		if v.k != nil && v.k.park(v) {
+			// Nothing changed: the mounts stay for the session's next
+			// call (keep.go).
+			v.changes = noChanges()
+			return
+		}
 		if err := unmountAll(v.m.merged); err != nil {
 			w.log.Warn("run view could not be unmounted: its changes are discarded", "run", v.runID, "err", err)
 			v.changes = &sandpit.Changes{Created: []string{}, Modified: []string{}, Deleted: []string{}, Discarded: true,

@@ -1,0 +1,175 @@
+package workspace
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"io/fs"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandpit-dev/sandpit"
+)
+
+// Views kept between a session's calls. Preparing a run's view (a tmpfs, an
+// idmapped bind, an overlay) and releasing it costs ~2 ms of mount work,
+// most of a session call's time when the call itself (x += 1) takes half a
+// millisecond. A session's calls come one at a time, so its keeper holds
+// the view of a call that changed nothing still mounted, and the next call
+// takes it instead of mounting another — only when it is indistinguishable
+// from a fresh one:
+//   - its upper dir is still empty (a process the session left running may
+//     have written through it since; then it is released, and those writes
+//     are discarded, as they are when a view is released under them);
+//   - the workspace is exactly what it was when the view was mounted: the
+//     same entries with the same inode, size, mode, mtime and ctime, the
+//     root included (a restore swaps the root; a host edit changes a
+//     ctime). An overlay caches what it looked up in its lower layer, so a
+//     view mounted before any change, even one it already shows, is not
+//     reused. The fingerprint is taken before the mount, so a change racing
+//     the mount only ever makes the next check fail.
+//
+// Workspaces with more than keepMaxEntries entries are not fingerprinted
+// (walking them would cost what a mount does): their calls mount a view
+// each, as runs do. A fingerprint is refused when an entry's ctime is
+// within keepRacyWindow of the walk: a change in the same clock tick would
+// not change it (git's "racily clean" entries).
+const (
+	keepMaxEntries = 2000
+	keepRacyWindow = 50 * time.Millisecond
+)
+
+// fingerprint is a digest of the workspace's entries' identities, or the
+// zero value: not reusable.
+type fingerprint struct {
+	sum [sha256.Size]byte
+	ok  bool
+}
+
+// fingerprint walks the workspace's entries without following symlinks.
+func (w *Workspace) fingerprint() fingerprint {
+	h := sha256.New()
+	racy := time.Now().Add(-keepRacyWindow).UnixNano()
+	n := 0
+	var buf [8 * 6]byte
+	add := func(path string) error {
+		var st unix.Stat_t
+		if err := unix.Lstat(path, &st); err != nil {
+			return err
+		}
+		if n++; n > keepMaxEntries {
+			return fs.SkipAll
+		}
+		ctime := st.Ctim.Nano()
+		if ctime >= racy {
+			return errRacy
+		}
+		h.Write([]byte(path))
+		for i, v := range []uint64{st.Ino, uint64(st.Size), uint64(st.Mode), uint64(st.Mtim.Nano()), uint64(ctime), st.Dev} {
+			binary.LittleEndian.PutUint64(buf[i*8:], v)
+		}
+		h.Write(buf[:])
+		return nil
+	}
+	err := filepath.WalkDir(w.dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return add(path)
+	})
+	if err != nil || n > keepMaxEntries {
+		return fingerprint{}
+	}
+	var fp fingerprint
+	copy(fp.sum[:], h.Sum(nil))
+	fp.ok = true
+	return fp
+}
+
+// errRacy: an entry changed too recently to be fingerprinted.
+var errRacy = errors.New("changed within the racy window")
+
+// keeper holds one session's parked view.
+type keeper struct {
+	w        *Workspace
+	mu       sync.Mutex
+	parked   *overlayView
+	released bool
+}
+
+// NewKeeper returns a keeper for one session's calls; it implements
+// sandpit.KeepingWorkspace. Release it when the session ends.
+func (w *Workspace) NewKeeper() sandpit.ViewKeeper { return &keeper{w: w} }
+
+// Open is Workspace.Open for the session's next call.
+func (k *keeper) Open(ctx context.Context, runID string) (sandpit.View, error) {
+	return k.w.open(ctx, runID, k)
+}
+
+// Release unmounts the parked view; views closed later are released, not
+// kept.
+func (k *keeper) Release() {
+	k.mu.Lock()
+	p := k.parked
+	k.parked, k.released = nil, true
+	k.mu.Unlock()
+	if p != nil {
+		k.w.releaseParked(p)
+	}
+}
+
+// park keeps v mounted if it can be reused: the keeper is open, v was
+// fingerprinted, and its run changed nothing. The caller holds the runs
+// lock (Close).
+func (k *keeper) park(v *overlayView) bool {
+	if !v.fp.ok || !isEmptyDirOK(v.m.upper) {
+		return false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.released {
+		return false
+	}
+	if old := k.parked; old != nil && old != v { // cannot happen: calls come one at a time
+		defer k.w.releaseParked(old)
+	}
+	k.parked = v
+	return true
+}
+
+// reuse returns the parked view for run runID if it is still
+// indistinguishable from a fresh one, releasing it otherwise. The caller
+// holds the runs lock (open).
+func (k *keeper) reuse(runID string) *overlayView {
+	k.mu.Lock()
+	p := k.parked
+	k.parked = nil
+	k.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	if isEmptyDirOK(p.m.upper) {
+		if fp := k.w.fingerprint(); fp.ok && fp.sum == p.fp.sum {
+			return &overlayView{w: k.w, runID: runID, m: p.m, k: k, fp: p.fp}
+		}
+	}
+	k.w.releaseParked(p)
+	return nil
+}
+
+// releaseParked unmounts a parked view; it was never changed, so there is
+// nothing to merge.
+func (w *Workspace) releaseParked(v *overlayView) {
+	if err := v.m.release(); err != nil {
+		w.log.Warn("kept session view not fully released; Sweep removes it at next start", "run", v.runID, "err", err)
+	}
+}
+
+func isEmptyDirOK(dir string) bool {
+	empty, err := isEmptyDir(dir)
+	return err == nil && empty
+}

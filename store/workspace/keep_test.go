@@ -1,0 +1,261 @@
+package workspace
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit"
+)
+
+// settle waits out the racy window after the test's own writes, so that
+// the next view can be fingerprinted (keep.go).
+func settle() { time.Sleep(keepRacyWindow + 20*time.Millisecond) }
+
+func mounted(t *testing.T, dir string) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Contains(string(b), " "+dir+" ")
+}
+
+// A session's next call takes the view its last call left only when that
+// view is indistinguishable from a fresh one; every change to the
+// workspace, or through the parked view, makes it mount another.
+func TestKeeperReusesOnlyUnchangedViews(t *testing.T) {
+	needRoot(t)
+	for _, owner := range []Owner{sandboxOwner, {UID: 4242, GID: 4343}} {
+		for _, tc := range []struct {
+			name string
+			// during runs in the first call's view; between runs after
+			// it closed, with the parked view's dir.
+			during  func(t *testing.T, w *Workspace, view string)
+			between func(t *testing.T, w *Workspace, parked string)
+			reused  bool
+			// check looks at the second call's view.
+			check func(t *testing.T, view string)
+		}{
+			{name: "nothing changed", reused: true},
+			{
+				name:    "write_file",
+				between: func(t *testing.T, w *Workspace, _ string) { mustDo2(t)(w.Write(t.Context(), "b.txt", []byte("b"))) },
+				check:   wantFile("b.txt", "b"),
+			},
+			{
+				name: "a host edit of the same size",
+				between: func(t *testing.T, w *Workspace, _ string) {
+					mustDo(t, os.WriteFile(filepath.Join(w.Dir(), "a.txt"), []byte("A"), 0o644))
+				},
+				check: wantFile("a.txt", "A"),
+			},
+			{
+				// The overlay cached the failed lookup: only a fresh
+				// one shows the file another run brought.
+				name: "another run's file after a failed lookup",
+				during: func(t *testing.T, _ *Workspace, view string) {
+					if _, err := os.Stat(filepath.Join(view, "c.txt")); err == nil {
+						t.Fatal("c.txt exists before the other run")
+					}
+				},
+				between: func(t *testing.T, w *Workspace, _ string) {
+					v, err := w.Open(t.Context(), "other")
+					mustDo(t, err)
+					mustDo(t, os.WriteFile(filepath.Join(v.Dir(), "c.txt"), []byte("c"), 0o644))
+					ch, err := v.Close(t.Context())
+					mustDo(t, err)
+					if !slices.Equal(ch.Created, []string{"c.txt"}) {
+						t.Fatalf("other run created %v", ch.Created)
+					}
+				},
+				check: wantFile("c.txt", "c"),
+			},
+			{
+				name: "a restore",
+				between: func(t *testing.T, w *Workspace, _ string) {
+					mustDo(t, w.Replace(t.Context(), func(stage string, _ *os.Root) error {
+						return os.WriteFile(filepath.Join(stage, "r.txt"), []byte("r"), 0o644)
+					}, nil))
+				},
+				check: func(t *testing.T, view string) {
+					wantFile("r.txt", "r")(t, view)
+					if _, err := os.Stat(filepath.Join(view, "a.txt")); err == nil {
+						t.Error("a.txt, gone with the restore, is still in the view")
+					}
+				},
+			},
+			{
+				// A process the session left running writes through
+				// the parked view: discarded, as when a view is released
+				// under it.
+				name: "a write through the parked view",
+				between: func(t *testing.T, _ *Workspace, parked string) {
+					mustDo(t, os.WriteFile(filepath.Join(parked, "late.txt"), []byte("late"), 0o644))
+				},
+				check: func(t *testing.T, view string) {
+					if _, err := os.Stat(filepath.Join(view, "late.txt")); err == nil {
+						t.Error("a write through the parked view shows in the next call's view")
+					}
+				},
+			},
+		} {
+			name := tc.name
+			if owner != sandboxOwner {
+				name = "idmapped/" + name
+			}
+			t.Run(name, func(t *testing.T) {
+				ctx := t.Context()
+				w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: owner})
+				if (w.idmap != nil) != (owner != sandboxOwner) {
+					t.Skipf("idmapped mounts unavailable here (idmapped = %v)", w.idmap != nil)
+				}
+				mustDo2(t)(w.Write(ctx, "a.txt", []byte("a")))
+				settle()
+				k := w.NewKeeper()
+				defer k.Release()
+				v1, err := k.Open(ctx, "call-1")
+				mustDo(t, err)
+				first := v1.Dir()
+				if tc.during != nil {
+					tc.during(t, w, first)
+				}
+				ch, err := v1.Close(ctx)
+				mustDo(t, err)
+				if len(ch.Created)+len(ch.Modified)+len(ch.Deleted) != 0 {
+					t.Fatalf("first call changed %+v", ch)
+				}
+				if !mounted(t, first) {
+					t.Fatal("a call that changed nothing did not keep its view")
+				}
+				if tc.between != nil {
+					tc.between(t, w, first)
+				}
+				v2, err := k.Open(ctx, "call-2")
+				mustDo(t, err)
+				if got := v2.Dir() == first; got != tc.reused {
+					t.Errorf("view reused = %v, want %v", got, tc.reused)
+				}
+				if !tc.reused && mounted(t, first) {
+					t.Error("the parked view was not released")
+				}
+				if tc.check != nil {
+					tc.check(t, v2.Dir())
+				} else {
+					wantFile("a.txt", "a")(t, v2.Dir())
+				}
+				_, err = v2.Close(ctx)
+				mustDo(t, err)
+			})
+		}
+	}
+}
+
+func wantFile(name, data string) func(*testing.T, string) {
+	return func(t *testing.T, dir string) {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || string(b) != data {
+			t.Errorf("%s in the view = %q, %v; want %q", name, b, err, data)
+		}
+	}
+}
+
+// A call that changes something is merged, and its view is not kept.
+func TestKeeperMergesChangesAndKeepsNothing(t *testing.T) {
+	needRoot(t)
+	ctx := t.Context()
+	w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner})
+	settle()
+	k := w.NewKeeper()
+	defer k.Release()
+	v1, err := k.Open(ctx, "call-1")
+	mustDo(t, err)
+	first := v1.Dir()
+	mustDo(t, os.WriteFile(filepath.Join(first, "out.txt"), []byte("out"), 0o644))
+	ch, err := v1.Close(ctx)
+	mustDo(t, err)
+	if !slices.Equal(ch.Created, []string{"out.txt"}) {
+		t.Fatalf("created %v, want [out.txt]", ch.Created)
+	}
+	if mounted(t, first) {
+		t.Error("the view of a call that changed the workspace stays mounted")
+	}
+	wantFile("out.txt", "out")(t, w.Dir())
+	settle()
+	v2, err := k.Open(ctx, "call-2")
+	mustDo(t, err)
+	if v2.Dir() == first {
+		t.Error("a released view was handed out again")
+	}
+	wantFile("out.txt", "out")(t, v2.Dir())
+	v2.Close(ctx)
+}
+
+// An entry changed within the racy window cannot be fingerprinted: a
+// change in the same clock tick might not show, so the view is not kept.
+func TestKeeperRefusesRacyWorkspace(t *testing.T) {
+	needRoot(t)
+	ctx := t.Context()
+	w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner})
+	k := w.NewKeeper()
+	defer k.Release()
+	mustDo2(t)(w.Write(ctx, "fresh.txt", []byte("x")))
+	v1, err := k.Open(ctx, "call-1")
+	mustDo(t, err)
+	first := v1.Dir()
+	v1.Close(ctx)
+	if mounted(t, first) {
+		t.Error("a view fingerprinted right after a change was kept")
+	}
+}
+
+// Release unmounts the parked view and removes its directory; a view open
+// at that moment is released when it closes, never parked.
+func TestKeeperRelease(t *testing.T) {
+	needRoot(t)
+	ctx := t.Context()
+	w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner})
+	settle()
+	k := w.NewKeeper()
+	v1, err := k.Open(ctx, "call-1")
+	mustDo(t, err)
+	first := v1.Dir()
+	v1.Close(ctx)
+	v2, err := k.Open(ctx, "call-2")
+	mustDo(t, err)
+	if v2.Dir() != first {
+		t.Fatal("the view was not reused")
+	}
+	k.Release()
+	v2.Close(ctx)
+	if mounted(t, first) {
+		t.Error("a view closed after Release is still mounted")
+	}
+	ents, err := os.ReadDir(w.runsDir())
+	mustDo(t, err)
+	if len(ents) != 0 {
+		t.Errorf("run dirs left after Release: %v", ents)
+	}
+	// Another keeper: its parked view goes with Release.
+	k2 := w.NewKeeper()
+	v3, err := k2.Open(ctx, "call-3")
+	mustDo(t, err)
+	third := v3.Dir()
+	v3.Close(ctx)
+	if !mounted(t, third) {
+		t.Fatal("not parked")
+	}
+	k2.Release()
+	if mounted(t, third) {
+		t.Error("Release left the parked view mounted")
+	}
+	if ents, _ := os.ReadDir(w.runsDir()); len(ents) != 0 {
+		t.Errorf("run dirs left after Release: %v", ents)
+	}
+}
+
+var _ sandpit.ViewKeeper = (*keeper)(nil)
