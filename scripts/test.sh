@@ -57,7 +57,7 @@ go test -count=1 -timeout 30m ./...
 # pool's equivalence table and the stdio integrity soak run under it too.
 echo "== runtime tests under io.containerd.runc.v2"
 SANDPIT_TEST_RUNTIME=io.containerd.runc.v2 go test -count=1 -timeout 20m \
-	-run 'TestAttack|TestPoolBehavesLikeCold|TestStdioIntegrity|TestRunPrograms' ./runtime
+	-run 'TestAttack|TestSecurityFromInside|TestPoolBehavesLikeCold|TestStdioIntegrity|TestRunPrograms' ./runtime
 
 if [ -x scripts/inspector-test.sh ]; then
 	echo "== MCP Inspector (third-party client)"

@@ -73,6 +73,18 @@
 // when the run ends, and Open logs this. Options.RequireOverlay refuses
 // instead.
 //
+// # Sessions keep their view between calls
+//
+// A session's calls open their views through a keeper (NewKeeper, one per
+// session; keep.go): a call that changed nothing leaves its view mounted,
+// and the next call takes it instead of mounting another — only if its
+// upper dir is still empty and the workspace's fingerprint (every entry's
+// inode, size, mode, mtime and ctime, the root included) is the one taken
+// before that view was mounted. Any change since, a restore or a host edit
+// included, makes the next call mount afresh: an overlay caches what it
+// looked up, so a view mounted before a change is never reused. The undo
+// record (BeforeRun) is still taken for every call.
+//
 // # Replacing the whole tree
 //
 // Replace (used by snapshot restores and undo) builds a new tree in a stage
