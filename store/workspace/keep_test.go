@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -259,3 +260,24 @@ func TestKeeperRelease(t *testing.T) {
 }
 
 var _ sandpit.ViewKeeper = (*keeper)(nil)
+
+// A workspace too big to fingerprint cheaply gets a fresh view per call,
+// as runs do.
+func TestKeeperSkipsBigWorkspaces(t *testing.T) {
+	needRoot(t)
+	ctx := t.Context()
+	w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner})
+	for i := range keepMaxEntries + 1 {
+		mustDo2(t)(w.Write(ctx, fmt.Sprintf("d%d/f%d", i%8, i), []byte("x")))
+	}
+	settle()
+	k := w.NewKeeper()
+	defer k.Release()
+	v, err := k.Open(ctx, "call-1")
+	mustDo(t, err)
+	dir := v.Dir()
+	v.Close(ctx)
+	if mounted(t, dir) {
+		t.Errorf("a view of a workspace past %d entries was kept", keepMaxEntries)
+	}
+}
