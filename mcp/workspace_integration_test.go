@@ -37,6 +37,7 @@ func realWorkspace(t *testing.T, quota int64) (fixture, *workspace.Workspace) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(ws.Close)
 	f := newFixture(t, func(c *Config) {
 		c.Runner, c.Status, c.Health = rt, nil, nil
 		c.Workspace, c.Files, c.Snapshots = ws, ws, snaps.For(ws)

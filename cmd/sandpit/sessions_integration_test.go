@@ -575,7 +575,20 @@ func TestMCPSessionSeesWorkspaceChanges(t *testing.T) {
 			t.Fatalf("call %d: %q (%s)", i+1, r.Value, r.Stderr)
 		}
 	}
+	// Single-use runs share the workspace's spare view the same way.
+	runProbe := func() string {
+		r := runResult(t, callOn(t, c, "run_code", map[string]any{"language": "python", "code": "import os\nprint" + strings.TrimPrefix(probe, "import os\n")}))
+		return strings.TrimSpace(r.Stdout)
+	}
+	for i := range 2 {
+		if got := runProbe(); got != "1 False False" {
+			t.Fatalf("run %d: %q", i+1, got)
+		}
+	}
 	callOn(t, c, "write_file", map[string]any{"path": "n.txt", "content": "n"})
+	if got := runProbe(); got != "1 True False" {
+		t.Fatalf("a run after write_file: %q", got)
+	}
 	if r := sessionCall(t, c, "ws", probe); r.Value != "('1', True, False)" {
 		t.Fatalf("after write_file: %q", r.Value)
 	}

@@ -104,7 +104,7 @@ func workspaceConfig(c *cli.Context, cfg *mcp.Config, sandbox workspace.Owner, v
 	slog.Info("workspace ready", "dir", ws.Dir(), "owner", ws.Owner(), "sandbox_user", sandbox, "quota_bytes", quota, "per_run_overlay", ws.Isolated(), "snapshots", c.String("snapshot-dir"))
 	cfg.Workspace, cfg.Files, cfg.Snapshots = ws, ws, snaps.For(ws)
 	cfg.Opener = ws // the data tools open workspace files by descriptor
-	return func() { snaps.Close() }, nil
+	return func() { ws.Close(); snaps.Close() }, nil
 }
 
 // parseSize reads "1GiB", "512MiB", "64k", "1g" or a byte count.

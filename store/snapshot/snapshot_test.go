@@ -46,6 +46,7 @@ func openEnv(t testing.TB, base string) env {
 		t.Fatal(err)
 	}
 	must(t, ws.Sweep(t.Context()))
+	t.Cleanup(ws.Close)
 	return env{ws: ws, store: s, base: base}
 }
 

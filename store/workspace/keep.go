@@ -15,14 +15,16 @@ import (
 	"github.com/sandpit-dev/sandpit"
 )
 
-// Views kept between a session's calls. Preparing a run's view (a tmpfs, an
+// Views kept for the next call or run. Preparing a run's view (a tmpfs, an
 // idmapped bind, an overlay) and releasing it costs ~2 ms of mount work,
 // most of a session call's time when the call itself (x += 1) takes half a
-// millisecond. A session's calls come one at a time, so its keeper holds
-// the view of a call that changed nothing still mounted, and the next call
-// takes it instead of mounting another — only when it is indistinguishable
-// from a fresh one:
-//   - its upper dir is still empty (a process the session left running may
+// millisecond, and a tenth of a warm run's. So a keeper holds the view of a
+// call or run that changed nothing still mounted, and the next one takes it
+// instead of mounting another: each session has a keeper of its own (its
+// calls come one at a time), and the workspace one for all runs (the spare:
+// a run's processes are all gone before its view closes). The next one
+// takes it only when it is indistinguishable from a fresh one:
+//   - its upper dir is still empty (a process a session left running may
 //     have written through it since; then it is released, and those writes
 //     are discarded, as they are when a view is released under them);
 //   - the workspace is exactly what it was when the view was mounted: the
@@ -116,6 +118,17 @@ func (k *keeper) Release() {
 	k.mu.Lock()
 	p := k.parked
 	k.parked, k.released = nil, true
+	k.mu.Unlock()
+	if p != nil {
+		k.w.releaseParked(p)
+	}
+}
+
+// drop releases the parked view, if any, without checking it.
+func (k *keeper) drop() {
+	k.mu.Lock()
+	p := k.parked
+	k.parked = nil
 	k.mu.Unlock()
 	if p != nil {
 		k.w.releaseParked(p)

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -30,127 +31,142 @@ func mounted(t *testing.T, dir string) bool {
 // workspace, or through the parked view, makes it mount another.
 func TestKeeperReusesOnlyUnchangedViews(t *testing.T) {
 	needRoot(t)
-	for _, owner := range []Owner{sandboxOwner, {UID: 4242, GID: 4343}} {
-		for _, tc := range []struct {
-			name string
-			// during runs in the first call's view; between runs after
-			// it closed, with the parked view's dir.
-			during  func(t *testing.T, w *Workspace, view string)
-			between func(t *testing.T, w *Workspace, parked string)
-			reused  bool
-			// check looks at the second call's view.
-			check func(t *testing.T, view string)
-		}{
-			{name: "nothing changed", reused: true},
-			{
-				name:    "write_file",
-				between: func(t *testing.T, w *Workspace, _ string) { mustDo2(t)(w.Write(t.Context(), "b.txt", []byte("b"))) },
-				check:   wantFile("b.txt", "b"),
-			},
-			{
-				name: "a host edit of the same size",
-				between: func(t *testing.T, w *Workspace, _ string) {
-					mustDo(t, os.WriteFile(filepath.Join(w.Dir(), "a.txt"), []byte("A"), 0o644))
+	for _, spare := range []bool{false, true} {
+		for _, owner := range []Owner{sandboxOwner, {UID: 4242, GID: 4343}} {
+			for _, tc := range []struct {
+				name string
+				// during runs in the first call's view; between runs after
+				// it closed, with the parked view's dir.
+				during  func(t *testing.T, w *Workspace, view string)
+				between func(t *testing.T, w *Workspace, parked string)
+				reused  bool
+				// check looks at the second call's view.
+				check func(t *testing.T, view string)
+			}{
+				{name: "nothing changed", reused: true},
+				{
+					name:    "write_file",
+					between: func(t *testing.T, w *Workspace, _ string) { mustDo2(t)(w.Write(t.Context(), "b.txt", []byte("b"))) },
+					check:   wantFile("b.txt", "b"),
 				},
-				check: wantFile("a.txt", "A"),
-			},
-			{
-				// The overlay cached the failed lookup: only a fresh
-				// one shows the file another run brought.
-				name: "another run's file after a failed lookup",
-				during: func(t *testing.T, _ *Workspace, view string) {
-					if _, err := os.Stat(filepath.Join(view, "c.txt")); err == nil {
-						t.Fatal("c.txt exists before the other run")
-					}
+				{
+					name: "a host edit of the same size",
+					between: func(t *testing.T, w *Workspace, _ string) {
+						mustDo(t, os.WriteFile(filepath.Join(w.Dir(), "a.txt"), []byte("A"), 0o644))
+					},
+					check: wantFile("a.txt", "A"),
 				},
-				between: func(t *testing.T, w *Workspace, _ string) {
-					v, err := w.Open(t.Context(), "other")
-					mustDo(t, err)
-					mustDo(t, os.WriteFile(filepath.Join(v.Dir(), "c.txt"), []byte("c"), 0o644))
-					ch, err := v.Close(t.Context())
-					mustDo(t, err)
-					if !slices.Equal(ch.Created, []string{"c.txt"}) {
-						t.Fatalf("other run created %v", ch.Created)
-					}
+				{
+					// The overlay cached the failed lookup: only a fresh
+					// one shows the file another run brought.
+					name: "another run's file after a failed lookup",
+					during: func(t *testing.T, _ *Workspace, view string) {
+						if _, err := os.Stat(filepath.Join(view, "c.txt")); err == nil {
+							t.Fatal("c.txt exists before the other run")
+						}
+					},
+					between: func(t *testing.T, w *Workspace, _ string) {
+						v, err := w.Open(t.Context(), "other")
+						mustDo(t, err)
+						mustDo(t, os.WriteFile(filepath.Join(v.Dir(), "c.txt"), []byte("c"), 0o644))
+						ch, err := v.Close(t.Context())
+						mustDo(t, err)
+						if !slices.Equal(ch.Created, []string{"c.txt"}) {
+							t.Fatalf("other run created %v", ch.Created)
+						}
+					},
+					check: wantFile("c.txt", "c"),
 				},
-				check: wantFile("c.txt", "c"),
-			},
-			{
-				name: "a restore",
-				between: func(t *testing.T, w *Workspace, _ string) {
-					mustDo(t, w.Replace(t.Context(), func(stage string, _ *os.Root) error {
-						return os.WriteFile(filepath.Join(stage, "r.txt"), []byte("r"), 0o644)
-					}, nil))
+				{
+					name: "a restore",
+					between: func(t *testing.T, w *Workspace, _ string) {
+						mustDo(t, w.Replace(t.Context(), func(stage string, _ *os.Root) error {
+							return os.WriteFile(filepath.Join(stage, "r.txt"), []byte("r"), 0o644)
+						}, nil))
+					},
+					check: func(t *testing.T, view string) {
+						wantFile("r.txt", "r")(t, view)
+						if _, err := os.Stat(filepath.Join(view, "a.txt")); err == nil {
+							t.Error("a.txt, gone with the restore, is still in the view")
+						}
+					},
 				},
-				check: func(t *testing.T, view string) {
-					wantFile("r.txt", "r")(t, view)
-					if _, err := os.Stat(filepath.Join(view, "a.txt")); err == nil {
-						t.Error("a.txt, gone with the restore, is still in the view")
-					}
+				{
+					// A process the session left running writes through
+					// the parked view: discarded, as when a view is released
+					// under it.
+					name: "a write through the parked view",
+					between: func(t *testing.T, _ *Workspace, parked string) {
+						mustDo(t, os.WriteFile(filepath.Join(parked, "late.txt"), []byte("late"), 0o644))
+					},
+					check: func(t *testing.T, view string) {
+						if _, err := os.Stat(filepath.Join(view, "late.txt")); err == nil {
+							t.Error("a write through the parked view shows in the next call's view")
+						}
+					},
 				},
-			},
-			{
-				// A process the session left running writes through
-				// the parked view: discarded, as when a view is released
-				// under it.
-				name: "a write through the parked view",
-				between: func(t *testing.T, _ *Workspace, parked string) {
-					mustDo(t, os.WriteFile(filepath.Join(parked, "late.txt"), []byte("late"), 0o644))
-				},
-				check: func(t *testing.T, view string) {
-					if _, err := os.Stat(filepath.Join(view, "late.txt")); err == nil {
-						t.Error("a write through the parked view shows in the next call's view")
-					}
-				},
-			},
-		} {
-			name := tc.name
-			if owner != sandboxOwner {
-				name = "idmapped/" + name
-			}
-			t.Run(name, func(t *testing.T) {
-				ctx := t.Context()
-				w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: owner})
-				if (w.idmap != nil) != (owner != sandboxOwner) {
-					t.Skipf("idmapped mounts unavailable here (idmapped = %v)", w.idmap != nil)
+			} {
+				name := tc.name
+				if owner != sandboxOwner {
+					name = "idmapped/" + name
 				}
-				mustDo2(t)(w.Write(ctx, "a.txt", []byte("a")))
-				settle()
-				k := w.NewKeeper()
-				defer k.Release()
-				v1, err := k.Open(ctx, "call-1")
-				mustDo(t, err)
-				first := v1.Dir()
-				if tc.during != nil {
-					tc.during(t, w, first)
-				}
-				ch, err := v1.Close(ctx)
-				mustDo(t, err)
-				if len(ch.Created)+len(ch.Modified)+len(ch.Deleted) != 0 {
-					t.Fatalf("first call changed %+v", ch)
-				}
-				if !mounted(t, first) {
-					t.Fatal("a call that changed nothing did not keep its view")
-				}
-				if tc.between != nil {
-					tc.between(t, w, first)
-				}
-				v2, err := k.Open(ctx, "call-2")
-				mustDo(t, err)
-				if got := v2.Dir() == first; got != tc.reused {
-					t.Errorf("view reused = %v, want %v", got, tc.reused)
-				}
-				if !tc.reused && mounted(t, first) {
-					t.Error("the parked view was not released")
-				}
-				if tc.check != nil {
-					tc.check(t, v2.Dir())
+				if spare {
+					name = "runs/" + name
 				} else {
-					wantFile("a.txt", "a")(t, v2.Dir())
+					name = "session/" + name
 				}
-				_, err = v2.Close(ctx)
-				mustDo(t, err)
-			})
+				t.Run(name, func(t *testing.T) {
+					ctx := t.Context()
+					w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: owner})
+					if (w.idmap != nil) != (owner != sandboxOwner) {
+						t.Skipf("idmapped mounts unavailable here (idmapped = %v)", w.idmap != nil)
+					}
+					mustDo2(t)(w.Write(ctx, "a.txt", []byte("a")))
+					settle()
+					// A session's keeper, or the workspace's own for runs.
+					var k interface {
+						Open(context.Context, string) (sandpit.View, error)
+					} = w
+					if !spare {
+						sk := w.NewKeeper()
+						defer sk.Release()
+						k = sk
+					}
+					v1, err := k.Open(ctx, "call-1")
+					mustDo(t, err)
+					first := v1.Dir()
+					if tc.during != nil {
+						tc.during(t, w, first)
+					}
+					ch, err := v1.Close(ctx)
+					mustDo(t, err)
+					if len(ch.Created)+len(ch.Modified)+len(ch.Deleted) != 0 {
+						t.Fatalf("first call changed %+v", ch)
+					}
+					if !mounted(t, first) {
+						t.Fatal("a call that changed nothing did not keep its view")
+					}
+					if tc.between != nil {
+						tc.between(t, w, first)
+					}
+					v2, err := k.Open(ctx, "call-2")
+					mustDo(t, err)
+					if got := v2.Dir() == first; got != tc.reused {
+						t.Errorf("view reused = %v, want %v", got, tc.reused)
+					}
+					if !tc.reused && mounted(t, first) {
+						t.Error("the parked view was not released")
+					}
+					if tc.check != nil {
+						tc.check(t, v2.Dir())
+					} else {
+						wantFile("a.txt", "a")(t, v2.Dir())
+					}
+					_, err = v2.Close(ctx)
+					mustDo(t, err)
+					w.Close()
+				})
+			}
 		}
 	}
 }
@@ -279,5 +295,34 @@ func TestKeeperSkipsBigWorkspaces(t *testing.T) {
 	v.Close(ctx)
 	if mounted(t, dir) {
 		t.Errorf("a view of a workspace past %d entries was kept", keepMaxEntries)
+	}
+}
+
+// Runs share the workspace's spare view; Close releases it, and views
+// closed afterwards are released too.
+func TestWorkspaceCloseReleasesTheSpare(t *testing.T) {
+	needRoot(t)
+	ctx := t.Context()
+	w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner})
+	settle()
+	v1, err := w.Open(ctx, "run-1")
+	mustDo(t, err)
+	first := v1.Dir()
+	v1.Close(ctx)
+	if !mounted(t, first) {
+		t.Fatal("a run that changed nothing left no spare view")
+	}
+	v2, err := w.Open(ctx, "run-2")
+	mustDo(t, err)
+	if v2.Dir() != first {
+		t.Fatal("the spare view was not reused")
+	}
+	w.Close()
+	v2.Close(ctx)
+	if mounted(t, first) {
+		t.Error("a view closed after Close is still mounted")
+	}
+	if ents, _ := os.ReadDir(w.runsDir()); len(ents) != 0 {
+		t.Errorf("run dirs left after Close: %v", ents)
 	}
 }

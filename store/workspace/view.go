@@ -57,7 +57,13 @@ func (w *Workspace) probeOverlay() (bool, error) {
 // sandpit.Workspace. Until the view is closed, Replace (restore, undo)
 // waits for it.
 func (w *Workspace) Open(ctx context.Context, runID string) (sandpit.View, error) {
-	return w.open(ctx, runID, nil)
+	return w.open(ctx, runID, w.spare)
+}
+
+// Close releases the view kept for the next run (keep.go); views closed
+// afterwards are released, not kept. Call it once no run will start.
+func (w *Workspace) Close() {
+	w.spare.Release()
 }
 
 // open is Open for a run, or for a call of a session whose views k keeps.
@@ -85,25 +91,28 @@ func (w *Workspace) open(ctx context.Context, runID string, k *keeper) (sandpit.
 		}
 		return v, err
 	}
-	var fp fingerprint
-	if k != nil {
-		if v := k.reuse(runID); v != nil {
-			return v, nil
-		}
-		// Taken before the mount: whatever changes after it, the overlay
-		// may or may not show, and the next call's check mismatches.
-		fp = w.fingerprint()
-	}
-	dir := filepath.Join(w.runsDir(), runID)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		w.runsUnlock()
-		return nil, fmt.Errorf("workspace view for run %s: %w", runID, err)
-	}
 	// Overlay whiteouts take tmpfs inodes: the run may create MaxFiles
 	// entries and also delete everything the workspace holds.
 	entries, err := w.entries()
 	if err != nil {
-		os.Remove(dir)
+		w.runsUnlock()
+		return nil, fmt.Errorf("workspace view for run %s: %w", runID, err)
+	}
+	var fp fingerprint
+	if k != nil {
+		if entries <= keepMaxEntries {
+			if v := k.reuse(runID); v != nil {
+				return v, nil
+			}
+			// Taken before the mount: whatever changes after it, the
+			// overlay may or may not show, and the next check mismatches.
+			fp = w.fingerprint()
+		} else {
+			k.drop()
+		}
+	}
+	dir := filepath.Join(w.runsDir(), runID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
 		w.runsUnlock()
 		return nil, fmt.Errorf("workspace view for run %s: %w", runID, err)
 	}

@@ -156,6 +156,10 @@ type Workspace struct {
 	// names excluded; used is -1 when they are unknown (after a delete, a
 	// move, a restore or a direct-bind run). Guarded by mu, exclusive.
 	used, count int64
+
+	// spare keeps the view of a run that changed nothing for the next run
+	// (keep.go); Close releases it.
+	spare *keeper
 }
 
 // inodeSlack is what a run's tmpfs allows beyond MaxFiles and the
@@ -181,6 +185,7 @@ func Open(dir string, opts Options) (*Workspace, error) {
 		return nil, fmt.Errorf("workspace %s is not a directory (is it a symlink?)", abs)
 	}
 	w := &Workspace{dir: abs, opts: opts, log: opts.Logger.With("workspace", abs), used: -1}
+	w.spare = &keeper{w: w}
 	if w.data, w.runsHost, err = openHostLocks(opts.LockDir, abs); err != nil {
 		return nil, fmt.Errorf("workspace %s: host locks: %w", abs, err)
 	}

@@ -25,6 +25,7 @@ func newWS(t *testing.T, opts Options) *Workspace {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(w.Close) // before TempDir's removal: a spare view is a mount
 	return w
 }
 
