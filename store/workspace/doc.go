@@ -73,11 +73,12 @@
 // when the run ends, and Open logs this. Options.RequireOverlay refuses
 // instead.
 //
-// # Sessions keep their view between calls
+// # Views kept for the next call or run
 //
 // A session's calls open their views through a keeper (NewKeeper, one per
-// session; keep.go): a call that changed nothing leaves its view mounted,
-// and the next call takes it instead of mounting another — only if its
+// session; keep.go), and runs through the workspace's own (the spare,
+// released by Close): a call or run that changed nothing leaves its view
+// mounted, and the next one takes it instead of mounting another — only if its
 // upper dir is still empty and the workspace's fingerprint (every entry's
 // inode, size, mode, mtime and ctime, the root included) is the one taken
 // before that view was mounted. Any change since, a restore or a host edit
