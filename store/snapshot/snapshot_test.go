@@ -388,3 +388,55 @@ func TestRestoreReusesUnchangedFiles(t *testing.T) {
 		}
 	}
 }
+
+// Runs that reuse the workspace's spare view skip their undo record
+// (workspace/keep.go): undo must still take back exactly the last run that
+// changed something, whatever runs that changed nothing came between, and
+// however the workspace changed outside runs in between.
+func TestUndoWithKeptViews(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	write(t, e.ws, map[string]string{"a": "v0"})
+	settle := func() { time.Sleep(120 * time.Millisecond) } // past the keeper's racy window
+	run := func(id string, change func(dir string)) string {
+		t.Helper()
+		v, err := e.ws.Open(ctx, id)
+		must(t, err)
+		dir := v.Dir()
+		if change != nil {
+			change(dir)
+		}
+		_, err = v.Close(ctx)
+		must(t, err)
+		return dir
+	}
+	settle()
+	s0 := tree(t, e.ws.Dir())
+	first := run("idle-1", nil)
+	if again := run("idle-2", nil); again != first {
+		t.Fatal("the spare view was not reused: this test would not cover the skipped record")
+	}
+	run("change-1", func(dir string) { must(t, os.WriteFile(filepath.Join(dir, "a"), []byte("v1"), 0o644)) })
+	s1 := tree(t, e.ws.Dir())
+	settle()
+	run("idle-3", nil)
+	run("idle-4", nil)
+	// Outside any run: a host edit, then runs that change nothing.
+	must(t, os.WriteFile(filepath.Join(e.ws.Dir(), "b"), []byte("host"), 0o644))
+	settle()
+	s2 := tree(t, e.ws.Dir())
+	run("idle-5", nil)
+	run("idle-6", nil)
+	run("change-2", func(dir string) { must(t, os.WriteFile(filepath.Join(dir, "c"), []byte("c"), 0o644)) })
+	for _, want := range []struct {
+		name  string
+		state map[string]string
+	}{{"before change-2 (with the host edit)", s2}, {"before the host edit", s1}, {"before change-1", s0}} {
+		if _, err := e.store.UndoLastRun(ctx, e.ws); err != nil {
+			t.Fatalf("undo to %s: %v", want.name, err)
+		}
+		if got := tree(t, e.ws.Dir()); !maps.Equal(got, want.state) {
+			t.Errorf("after undo: %v\nwant %s: %v", got, want.name, want.state)
+		}
+	}
+}

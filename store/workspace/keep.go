@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
-	"io/fs"
+	"io"
+	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -32,8 +34,13 @@ import (
 //     root included (a restore swaps the root; a host edit changes a
 //     ctime). An overlay caches what it looked up in its lower layer, so a
 //     view mounted before any change, even one it already shows, is not
-//     reused. The fingerprint is taken before the mount, so a change racing
-//     the mount only ever makes the next check fail.
+//     reused. The fingerprint is taken before the undo record and the
+//     mount, so a change racing either only ever makes the next check fail.
+//
+// A reused view also skips the undo record (Options.BeforeRun): the
+// workspace is then exactly the state the kept view's own record holds,
+// and that record is still the newest — a run that changed the workspace,
+// or an undo or restore (a new root), would have changed the fingerprint.
 //
 // Workspaces with more than keepMaxEntries entries are not fingerprinted
 // (the walk costs ~5 µs an entry here, and past a few hundred it costs
@@ -52,38 +59,74 @@ type fingerprint struct {
 	ok  bool
 }
 
-// fingerprint walks the workspace's entries without following symlinks.
+// fingerprint walks the workspace's entries without following symlinks,
+// reading at most keepMaxEntries+1 of them (in batches: a directory with a
+// million entries is not listed whole).
 func (w *Workspace) fingerprint() fingerprint {
 	h := sha256.New()
 	racy := time.Now().Add(-keepRacyWindow).UnixNano()
 	n := 0
 	var buf [8 * 6]byte
-	add := func(path string) error {
+	add := func(path string) (*unix.Stat_t, error) {
 		var st unix.Stat_t
 		if err := unix.Lstat(path, &st); err != nil {
-			return err
+			return nil, err
 		}
 		if n++; n > keepMaxEntries {
-			return fs.SkipAll
+			return nil, errTooMany
 		}
 		ctime := st.Ctim.Nano()
 		if ctime >= racy {
-			return errRacy
+			return nil, errRacy
 		}
 		h.Write([]byte(path))
+		h.Write([]byte{0})
 		for i, v := range []uint64{st.Ino, uint64(st.Size), uint64(st.Mode), uint64(st.Mtim.Nano()), uint64(ctime), st.Dev} {
 			binary.LittleEndian.PutUint64(buf[i*8:], v)
 		}
 		h.Write(buf[:])
-		return nil
+		return &st, nil
 	}
-	err := filepath.WalkDir(w.dir, func(path string, d fs.DirEntry, err error) error {
+	var walk func(dir string) error
+	walk = func(dir string) error {
+		f, err := os.Open(dir)
 		if err != nil {
 			return err
 		}
-		return add(path)
-	})
-	if err != nil || n > keepMaxEntries {
+		defer f.Close()
+		var names []string
+		for {
+			batch, err := f.Readdirnames(64)
+			names = append(names, batch...)
+			if n+len(names) > keepMaxEntries {
+				return errTooMany
+			}
+			if errors.Is(err, io.EOF) || (err == nil && len(batch) == 0) {
+				break
+			}
+			if err != nil {
+				return err
+			}
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			p := filepath.Join(dir, name)
+			st, err := add(p)
+			if err != nil {
+				return err
+			}
+			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				if err := walk(p); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if _, err := add(w.dir); err != nil {
+		return fingerprint{}
+	}
+	if err := walk(w.dir); err != nil {
 		return fingerprint{}
 	}
 	var fp fingerprint
@@ -91,6 +134,9 @@ func (w *Workspace) fingerprint() fingerprint {
 	fp.ok = true
 	return fp
 }
+
+// errTooMany: the workspace has more entries than are fingerprinted.
+var errTooMany = errors.New("too many entries to fingerprint")
 
 // errRacy: an entry changed too recently to be fingerprinted.
 var errRacy = errors.New("changed within the racy window")
@@ -155,9 +201,10 @@ func (k *keeper) park(v *overlayView) bool {
 }
 
 // reuse returns the parked view for run runID if it is still
-// indistinguishable from a fresh one, releasing it otherwise. The caller
-// holds the runs lock (open).
-func (k *keeper) reuse(runID string) *overlayView {
+// indistinguishable from a fresh one — its upper dir empty, and fp, the
+// workspace now, the fingerprint it was mounted with — releasing it
+// otherwise. The caller holds the runs lock (open).
+func (k *keeper) reuse(runID string, fp fingerprint) *overlayView {
 	k.mu.Lock()
 	p := k.parked
 	k.parked = nil
@@ -165,10 +212,8 @@ func (k *keeper) reuse(runID string) *overlayView {
 	if p == nil {
 		return nil
 	}
-	if isEmptyDirOK(p.m.upper) {
-		if fp := k.w.fingerprint(); fp.ok && fp.sum == p.fp.sum {
-			return &overlayView{w: k.w, runID: runID, m: p.m, k: k, fp: p.fp}
-		}
+	if fp.ok && fp.sum == p.fp.sum && isEmptyDirOK(p.m.upper) {
+		return &overlayView{w: k.w, runID: runID, m: p.m, k: k, fp: p.fp}
 	}
 	k.w.releaseParked(p)
 	return nil

@@ -326,3 +326,52 @@ func TestWorkspaceCloseReleasesTheSpare(t *testing.T) {
 		t.Errorf("run dirs left after Close: %v", ents)
 	}
 }
+
+// The fingerprint sees every kind of change to the tree, refuses trees
+// past keepMaxEntries (also one flat directory written on the host, which
+// the workspace's count does not know of), and refuses fresh entries.
+func TestFingerprint(t *testing.T) {
+	w := newWS(t, Options{})
+	for _, p := range []string{"a.txt", "d/b.txt", "d/e/c.txt"} {
+		mustDo(t, os.MkdirAll(filepath.Join(w.Dir(), filepath.Dir(p)), 0o755))
+		mustDo(t, os.WriteFile(filepath.Join(w.Dir(), p), []byte("x"), 0o644))
+	}
+	if fp := w.fingerprint(); fp.ok {
+		t.Error("a tree changed just now was fingerprinted")
+	}
+	settle()
+	base := w.fingerprint()
+	if !base.ok {
+		t.Fatal("no fingerprint of a settled tree")
+	}
+	if again := w.fingerprint(); again != base {
+		t.Fatal("two fingerprints of an unchanged tree differ")
+	}
+	for _, change := range []struct {
+		name string
+		do   func(root string) error
+	}{
+		{"same-size edit deep down", func(r string) error { return os.WriteFile(filepath.Join(r, "d/e/c.txt"), []byte("y"), 0o644) }},
+		{"chmod", func(r string) error { return os.Chmod(filepath.Join(r, "a.txt"), 0o600) }},
+		{"new empty dir", func(r string) error { return os.Mkdir(filepath.Join(r, "d/new"), 0o755) }},
+		{"remove", func(r string) error { return os.Remove(filepath.Join(r, "d/b.txt")) }},
+		{"symlink", func(r string) error { return os.Symlink("/etc/passwd", filepath.Join(r, "link")) }},
+	} {
+		settle()
+		before := w.fingerprint()
+		mustDo(t, change.do(w.Dir()))
+		settle()
+		if after := w.fingerprint(); !after.ok || after == before {
+			t.Errorf("%s: fingerprint ok=%v, unchanged=%v", change.name, after.ok, after == before)
+		}
+	}
+	flat := filepath.Join(w.Dir(), "flat")
+	mustDo(t, os.Mkdir(flat, 0o755))
+	for i := range keepMaxEntries + 10 {
+		mustDo(t, os.WriteFile(filepath.Join(flat, fmt.Sprint(i)), nil, 0o644))
+	}
+	settle()
+	if fp := w.fingerprint(); fp.ok {
+		t.Errorf("a tree past %d entries was fingerprinted", keepMaxEntries)
+	}
+}

@@ -73,6 +73,31 @@ func (w *Workspace) open(ctx context.Context, runID string, k *keeper) (sandpit.
 	}
 	w.runs.RLock()
 	w.runsHost.rlock()
+	var (
+		fp      fingerprint
+		entries int64 = -1
+	)
+	if k != nil && w.overlay {
+		var err error
+		if entries, err = w.entries(); err != nil {
+			w.runsUnlock()
+			return nil, fmt.Errorf("workspace view for run %s: %w", runID, err)
+		}
+		if entries <= keepMaxEntries {
+			// Taken before the undo record and the mount: whatever
+			// changes after it, the next check mismatches.
+			fp = w.fingerprint()
+			if v := k.reuse(runID, fp); v != nil {
+				// The workspace is exactly as it was before the kept
+				// view's own undo record, which is still the newest (any
+				// change, an undo's restore included, changes the
+				// fingerprint): recording it again would change nothing.
+				return v, nil
+			}
+		} else {
+			k.drop()
+		}
+	}
 	if w.opts.BeforeRun != nil {
 		if err := w.opts.BeforeRun(ctx, w, runID); err != nil {
 			w.runsUnlock()
@@ -93,22 +118,11 @@ func (w *Workspace) open(ctx context.Context, runID string, k *keeper) (sandpit.
 	}
 	// Overlay whiteouts take tmpfs inodes: the run may create MaxFiles
 	// entries and also delete everything the workspace holds.
-	entries, err := w.entries()
-	if err != nil {
-		w.runsUnlock()
-		return nil, fmt.Errorf("workspace view for run %s: %w", runID, err)
-	}
-	var fp fingerprint
-	if k != nil {
-		if entries <= keepMaxEntries {
-			if v := k.reuse(runID); v != nil {
-				return v, nil
-			}
-			// Taken before the mount: whatever changes after it, the
-			// overlay may or may not show, and the next check mismatches.
-			fp = w.fingerprint()
-		} else {
-			k.drop()
+	if entries < 0 {
+		var err error
+		if entries, err = w.entries(); err != nil {
+			w.runsUnlock()
+			return nil, fmt.Errorf("workspace view for run %s: %w", runID, err)
 		}
 	}
 	dir := filepath.Join(w.runsDir(), runID)
