@@ -105,7 +105,13 @@ func (e *Engine) run(ctx context.Context, c *sqlite3.SQLiteConn, stmt string, ar
 	return e.runBudget(ctx, c, stmt, args, maxRows, e.opts.MaxBytes)
 }
 
-func (e *Engine) runBudget(ctx context.Context, c *sqlite3.SQLiteConn, stmt string, args []driver.NamedValue, maxRows, maxBytes int) (*Result, error) {
+func (e *Engine) runBudget(ctx context.Context, c *sqlite3.SQLiteConn, stmt string, args []driver.NamedValue, maxRows, maxBytes int) (_ *Result, retErr error) {
+	trimIfPending()
+	defer func() {
+		if retErr != nil {
+			trimPending.Store(true)
+		}
+	}()
 	auth := newAuthorizer()
 	c.RegisterAuthorizer(auth.check)
 	c.SetLimit(sqlite3.SQLITE_LIMIT_LENGTH, e.opts.MaxValueBytes)

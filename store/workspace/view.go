@@ -215,12 +215,15 @@ func mountRun(dir string, w *Workspace, size, inodes int64) (*runMount, error) {
 // lead it into the workspace.
 func (m *runMount) release() error {
 	var errs []error
-	for _, d := range []string{m.merged, m.tmpfs} {
+	// lower is the idmapped bind mountRun makes and removes once the
+	// overlay is mounted: only a server killed in between leaves it.
+	lower := filepath.Join(m.dir, "lower")
+	for _, d := range []string{m.merged, m.tmpfs, lower} {
 		if err := unmountAll(d); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	for _, d := range []string{m.merged, m.tmpfs, m.dir} {
+	for _, d := range []string{m.merged, m.tmpfs, lower, m.dir} {
 		if err := os.Remove(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}

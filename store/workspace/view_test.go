@@ -244,6 +244,30 @@ func TestSweepRemovesLeftovers(t *testing.T) {
 	}
 }
 
+// A server killed inside mountRun, after the idmapped bind of the workspace
+// and before the overlay, leaves runs/<id>/lower mounted (seen in
+// TestLifecycleKillAtRandomPoints): Sweep unmounts it, and never removes
+// anything through it.
+func TestSweepRemovesALeftoverLowerBind(t *testing.T) {
+	needRoot(t)
+	ctx := t.Context()
+	w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner})
+	mustDo2(t)(w.Write(ctx, "precious", []byte("keep me")))
+	lower := filepath.Join(w.runsDir(), "killed", "lower")
+	mustDo(t, os.MkdirAll(lower, 0o700))
+	mustDo(t, unix.Mount(w.Dir(), lower, "", unix.MS_BIND, ""))
+	t.Cleanup(func() { unix.Unmount(lower, unix.MNT_DETACH) })
+	if err := w.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(w.runsDir()); len(ents) != 0 {
+		t.Errorf("Sweep left %v", ents)
+	}
+	if got, _ := w.Read(ctx, "precious", 0, 0); string(got.Data) != "keep me" {
+		t.Errorf("Sweep damaged the workspace: %q", got.Data)
+	}
+}
+
 func TestReplaceRefusedDuringRun(t *testing.T) {
 	needRoot(t)
 	ctx := t.Context()
