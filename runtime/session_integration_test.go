@@ -3,12 +3,16 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/host"
 	"github.com/sandpit-dev/sandpit/runtime"
 )
 
@@ -359,5 +363,26 @@ func TestSessionCallUsage(t *testing.T) {
 	}
 	if idle.Usage.PidsCurrent == 0 {
 		t.Errorf("idle call: no processes counted (usage %+v)", idle.Usage)
+	}
+}
+
+// Under --cgroup-parent a session's cgroup is <parent>/<id>, and its calls'
+// usage is read from there (it was read from /<namespace>/<id>: zero).
+func TestSessionCallUsageUnderCgroupParent(t *testing.T) {
+	parent := fmt.Sprintf("sandpit-test-parent-%d", os.Getpid())
+	t.Cleanup(func() {
+		for _, m := range host.CgroupMounts() {
+			os.Remove(filepath.Join(m.Point, parent))
+		}
+	})
+	r := newRuntime(t, func(c *runtime.Config) { c.CgroupParent = parent })
+	sessionRun(t, r, "p", "x = 0", 0)
+	busy := sessionRun(t, r, "p", "s = sum(range(3 * 10**7))", 0)
+	if cpu := busy.Usage.CPUUserMS + busy.Usage.CPUSystemMS; cpu < 50 {
+		t.Errorf("busy call under a cgroup parent used %d ms of CPU, want ≥ 50 (usage %+v)", cpu, busy.Usage)
+	}
+	infos := r.Sessions()
+	if len(infos) != 1 || infos[0].MemoryBytes == 0 {
+		t.Errorf("Sessions under a cgroup parent: %+v", infos)
 	}
 }
