@@ -269,6 +269,22 @@ func leftovers(t *testing.T, s lifecycleStore, instance string) []string {
 	if _, err := os.Stat(filepath.Join(s.state, "instances", instance)); err == nil {
 		out = append(out, "instance dir "+instance)
 	}
+	// A sandbox's processes whose containerd record is gone: every one
+	// has its run's source bound from the instance's dir (a parked init,
+	// created and never started, watches no liveness FIFO).
+	// Only processes in another mount namespace: the host's own mountinfo
+	// lists the live server's views.
+	self, _ := os.Readlink("/proc/self/ns/mnt")
+	procs, _ := filepath.Glob("/proc/[0-9]*/mountinfo")
+	for _, p := range procs {
+		if ns, err := os.Readlink(filepath.Join(filepath.Dir(p), "ns", "mnt")); err != nil || ns == self {
+			continue
+		}
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), filepath.Join(s.state, "instances", instance)+"/") {
+			comm, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "comm"))
+			out = append(out, fmt.Sprintf("process %s (%s)", filepath.Base(filepath.Dir(p)), strings.TrimSpace(string(comm))))
+		}
+	}
 	return out
 }
 

@@ -41,6 +41,7 @@ type service struct {
 
 	mu         sync.Mutex
 	containers map[string]*container
+	closing    bool // killAll began: no container may be added
 }
 
 var _ taskAPI.TaskService = (*service)(nil)
@@ -82,6 +83,11 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	placeholder := &container{id: r.ID, exited: make(chan struct{})}
 	placeholder.mu.Lock()
 	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		placeholder.mu.Unlock()
+		return nil, errdefs.ToGRPCf(errdefs.ErrUnavailable, "the shim is shutting down")
+	}
 	if s.containers[r.ID] != nil {
 		s.mu.Unlock()
 		return nil, errdefs.ToGRPCf(errdefs.ErrAlreadyExists, "container %s", r.ID)
@@ -99,6 +105,18 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	}
 	c.mu.Lock()
 	s.mu.Lock()
+	if s.closing {
+		// killAll ran while this was being made, and found only the
+		// placeholder: nobody else will destroy it.
+		delete(s.containers, r.ID)
+		s.mu.Unlock()
+		if err := c.destroy(); err != nil {
+			s.log.Warn("destroy a container made during shutdown", "id", r.ID, "err", err)
+		}
+		c.mu.Unlock()
+		placeholder.mu.Unlock()
+		return nil, errdefs.ToGRPCf(errdefs.ErrUnavailable, "the shim is shutting down")
+	}
 	s.containers[r.ID] = c
 	s.mu.Unlock()
 	placeholder.mu.Unlock()
@@ -339,6 +357,7 @@ func (s *service) Update(context.Context, *taskAPI.UpdateTaskRequest) (*ptypes.E
 // killAll kills and destroys every container, when the owner is gone.
 func (s *service) killAll(ctx context.Context) {
 	s.mu.Lock()
+	s.closing = true
 	var all []*container
 	for _, c := range s.containers {
 		all = append(all, c)

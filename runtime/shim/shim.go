@@ -113,6 +113,12 @@ func Serve(ctx context.Context, cfg Config) error {
 		}
 	}
 	svc.killAll(context.WithoutCancel(ctx))
+	// Whatever still has state on disk (a create killAll could not wait
+	// for) goes the way a dead shim's leftovers go: an init parked on its
+	// exec FIFO watches nothing and would outlive us.
+	if err := destroyLeftovers(state, log); err != nil {
+		log.Warn("containers left at exit not all destroyed", "err", err)
+	}
 	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer scancel()
 	server.Shutdown(sctx)
