@@ -3,7 +3,6 @@ package runtime
 import (
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/sandpit-dev/sandpit"
@@ -39,58 +38,20 @@ func newCgroupFS() *cgroupFS {
 }
 
 // usage reads the counters of the cgroup at path (as in the OCI spec's
-// cgroupsPath). ok is false when they cannot all be read.
+// cgroupsPath) once, through a reader of its own (session_cgroup.go). ok is
+// false when they cannot all be read, peak memory included.
 func (c *cgroupFS) usage(path string) (u sandpit.Usage, ok bool) {
-	if mem, cpu := c.v1["memory"], c.v1["cpuacct"]; mem != "" && cpu != "" {
-		peak, err1 := readUint(filepath.Join(mem, path, "memory.max_usage_in_bytes"))
-		oom, err2 := readKey(filepath.Join(mem, path, "memory.oom_control"), "oom_kill")
-		user, err3 := readUint(filepath.Join(cpu, path, "cpuacct.usage_user"))
-		sys, err4 := readUint(filepath.Join(cpu, path, "cpuacct.usage_sys"))
-		if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
-			return u, false
-		}
-		u.MemoryPeakBytes, u.OOMKilled = peak, oom > 0
-		u.CPUUserMS, u.CPUSystemMS = int64(user/1e6), int64(sys/1e6)
-		if p := c.v1["pids"]; p != "" {
-			u.PidsCurrent, _ = readUint(filepath.Join(p, path, "pids.current"))
-		}
-		return u, true
+	r := c.open(path)
+	defer r.close()
+	if r.memPeak == nil {
+		return u, false // cgroup v2 before kernel 5.19: task.Metrics has it
 	}
-	if c.v2 != "" {
-		dir := filepath.Join(c.v2, path)
-		peak, err1 := readUint(filepath.Join(dir, "memory.peak")) // kernel 5.19+
-		oom, err2 := readKey(filepath.Join(dir, "memory.events"), "oom_kill")
-		user, err3 := readKey(filepath.Join(dir, "cpu.stat"), "user_usec")
-		sys, err4 := readKey(filepath.Join(dir, "cpu.stat"), "system_usec")
-		if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
-			return u, false
-		}
-		u.MemoryPeakBytes, u.OOMKilled = peak, oom > 0
-		u.CPUUserMS, u.CPUSystemMS = int64(user/1000), int64(sys/1000)
-		u.PidsCurrent, _ = readUint(filepath.Join(dir, "pids.current"))
-		return u, true
+	k, ok := r.counters()
+	if !ok {
+		return u, false
 	}
-	return u, false
-}
-
-func readUint(path string) (uint64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-}
-
-// readKey reads "key value" lines (memory.oom_control, memory.events, cpu.stat).
-func readKey(path, key string) (uint64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(line, " "); ok && k == key {
-			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-		}
-	}
-	return 0, os.ErrNotExist
+	u.MemoryPeakBytes, u.OOMKilled = k.memPeak, k.oomKills > 0
+	u.CPUUserMS, u.CPUSystemMS = int64(k.cpuUserNS/1e6), int64(k.cpuSysNS/1e6)
+	u.PidsCurrent = k.pids
+	return u, true
 }

@@ -70,7 +70,6 @@ func (r *cgReader) counters() (k cgCounters, ok bool) {
 	}
 	var buf [1024]byte
 	var errs [5]error
-	k.memCurrent, errs[0] = preadUint(r.memCurrent, buf[:])
 	k.oomKills, errs[1] = preadKey(r.oom, buf[:], "oom_kill")
 	if r.v1 {
 		k.memPeak, errs[2] = preadUint(r.memPeak, buf[:])
@@ -88,6 +87,7 @@ func (r *cgReader) counters() (k cgCounters, ok bool) {
 			return k, false
 		}
 	}
+	k.memCurrent, _ = preadUint(r.memCurrent, buf[:]) // a session's listing only
 	k.pids, _ = preadUint(r.pids, buf[:])
 	return k, true
 }

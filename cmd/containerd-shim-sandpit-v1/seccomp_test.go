@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
 // TestMain lets the tests run this binary's main as a child process.
@@ -53,7 +55,7 @@ const (
 // a good filter is in force in the program it execs.
 func TestSeccompLoader(t *testing.T) {
 	if _, err := exec.LookPath("setpriv"); err != nil {
-		t.Skip("setpriv (util-linux) is needed to set no_new_privs for the child")
+		testenv.Skip(t, "setpriv (util-linux) is needed to set no_new_privs for the child")
 	}
 	self, err := os.Executable()
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
 // settle waits out the racy window after the test's own writes, so that
@@ -119,7 +120,7 @@ func TestKeeperReusesOnlyUnchangedViews(t *testing.T) {
 					ctx := t.Context()
 					w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: owner})
 					if (w.idmap != nil) != (owner != sandboxOwner) {
-						t.Skipf("idmapped mounts unavailable here (idmapped = %v)", w.idmap != nil)
+						testenv.Skip(t, fmt.Sprintf("idmapped mounts unavailable here (idmapped = %v)", w.idmap != nil))
 					}
 					mustDo2(t)(w.Write(ctx, "a.txt", []byte("a")))
 					settle()
