@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/urfave/cli/v2"
 
@@ -27,6 +29,12 @@ func main() {
 		ErrWriter: os.Stderr,
 		Flags:     globalFlags(),
 		Before: func(c *cli.Context) error {
+			// A reader that goes away (an MCP client, `| head`, a killed
+			// parent) closes our stdout or stderr: a write must fail, not
+			// kill the process with SIGPIPE (Go's default for fds 1 and 2)
+			// before it has released its sandboxes — serve, run and bench
+			// alike (a bench whose parent test was killed left 10).
+			signal.Ignore(syscall.SIGPIPE)
 			setupLogging(c)
 			return nil
 		},

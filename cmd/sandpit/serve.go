@@ -140,10 +140,6 @@ func serveCommand() *cli.Command {
 // returns once the handlers are done, for the deferred closes to remove
 // the pool, views and run dirs. A second signal exits at once.
 func serveStdio(ctx context.Context, s *server.MCPServer, workers, maxMessage int) error {
-	// A client that goes away closes our stdout and stderr too: a write to
-	// them must fail, not kill the process with SIGPIPE (Go's default for
-	// fds 1 and 2) before it has released its sandboxes.
-	signal.Ignore(syscall.SIGPIPE)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sigs := make(chan os.Signal, 2)
