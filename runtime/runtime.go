@@ -162,6 +162,7 @@ type Runtime struct {
 	closing   chan struct{}   // closed by Close: background retries stop
 	closeOnce sync.Once
 	cgroups   *cgroupFS
+	warmer    *migrationWarmer // keeps cgroup moves fast while sandboxes are created (cgwarm.go)
 	delegMu   sync.Mutex
 	deleg     *delegation      // rootless only: where sandbox cgroups go (rootless.go)
 	pools     map[string]*pool // by image
@@ -199,7 +200,7 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("shim cgroup: %w", err)
 		}
 	}
-	r := &Runtime{cfg: cfg, log: cfg.Logger, langs: map[string]*LanguageSpec{}, images: map[string]containerd.Image{}, inits: map[string]bool{}, live: map[string]bool{}, cgroups: newCgroupFS(), pools: map[string]*pool{}, pooled: map[string]*pool{}, closing: make(chan struct{}), roots: map[string]sharedRoot{}, cgroupMode: host.DetectCgroups()}
+	r := &Runtime{cfg: cfg, log: cfg.Logger, langs: map[string]*LanguageSpec{}, images: map[string]containerd.Image{}, inits: map[string]bool{}, live: map[string]bool{}, cgroups: newCgroupFS(), warmer: &migrationWarmer{log: cfg.Logger}, pools: map[string]*pool{}, pooled: map[string]*pool{}, closing: make(chan struct{}), roots: map[string]sharedRoot{}, cgroupMode: host.DetectCgroups()}
 	for i := range cfg.Languages {
 		l := &cfg.Languages[i]
 		r.langs[l.Name] = l

@@ -58,6 +58,10 @@ func (r *Runtime) create(ctx context.Context, c *containerd.Client, img containe
 	if err != nil {
 		return nil, err
 	}
+	// From here until the task exists, the sandbox's move into its
+	// cgroups is coming: keep that move fast (cgwarm.go).
+	release := r.warmer.hold()
+	defer release()
 	container, err := c.NewContainer(ctx, cid,
 		rtOpts,
 		containerd.WithContainerLabels(labels),
@@ -91,6 +95,7 @@ func (r *Runtime) create(ctx context.Context, c *containerd.Client, img containe
 		return set, nil
 	}
 	sb.task, err = container.NewTask(ctx, creator)
+	release()
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox task: %w", shimLost(shim, err))
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -40,4 +41,55 @@ func MkdirCgroup(mount, rel string) (string, error) {
 		}
 	}
 	return dir, nil
+}
+
+// OwnCgroupProcs lists the cgroup.procs files of the cgroups this process
+// is in now, one per mounted hierarchy, as /proc/self/cgroup names them.
+func OwnCgroupProcs() []string {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil
+	}
+	return ownCgroupProcs(string(b), CgroupMounts())
+}
+
+// ownCgroupProcs maps the lines of /proc/PID/cgroup
+// ("hierarchy-id:controllers:path") onto the mounts that show them.
+func ownCgroupProcs(procCgroup string, mounts []CgroupMount) []string {
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(procCgroup), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		ctrls, path := parts[1], parts[2]
+		unified := parts[0] == "0" && ctrls == ""
+		for _, m := range mounts {
+			if m.V2 != unified || (!unified && !hasAll(m.Opts, ctrls)) {
+				continue
+			}
+			rel, ok := strings.CutPrefix(path, m.Root)
+			if m.Root == "/" {
+				rel, ok = path, true
+			}
+			if !ok || (rel != "" && !strings.HasPrefix(rel, "/")) {
+				continue // this mount shows another part of the hierarchy
+			}
+			out = append(out, filepath.Join(m.Point, rel, "cgroup.procs"))
+			break
+		}
+	}
+	return out
+}
+
+// hasAll reports whether the super options opts name every controller of
+// ctrls ("cpu,cpuacct", or "name=systemd" for a named hierarchy).
+func hasAll(opts, ctrls string) bool {
+	have := strings.Split(opts, ",")
+	for _, c := range strings.Split(ctrls, ",") {
+		if !slices.Contains(have, c) {
+			return false
+		}
+	}
+	return true
 }

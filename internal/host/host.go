@@ -28,6 +28,7 @@ const (
 // CgroupMount is one cgroup filesystem mounted on this host.
 type CgroupMount struct {
 	Point string // mount point
+	Root  string // the hierarchy's dir mounted there ("/" unless bound or namespaced)
 	V2    bool   // cgroup2 rather than a v1 hierarchy
 	Opts  string // super options: the v1 controllers, e.g. "rw,cpu,cpuacct"
 }
@@ -50,7 +51,7 @@ func CgroupMounts() []CgroupMount {
 		}
 		switch fields[sep+1] {
 		case "cgroup", "cgroup2":
-			out = append(out, CgroupMount{Point: fields[4], V2: fields[sep+1] == "cgroup2", Opts: fields[sep+3]})
+			out = append(out, CgroupMount{Point: fields[4], Root: fields[3], V2: fields[sep+1] == "cgroup2", Opts: fields[sep+3]})
 		}
 	}
 	return out
