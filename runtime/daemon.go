@@ -150,9 +150,12 @@ func (d PrivateDaemon) Start(ctx context.Context, log *slog.Logger) error {
 }
 
 // Config is the daemon's config.toml: its own root, state, sockets and
-// plugin dir, CRI disabled. `sandpit containerd config` prints it for
-// scripts that start a containerd themselves (rootless.sh), so the file is
-// written in one place.
+// plugin dir. Disabled: CRI, and two plugins that work on every task for
+// features sandpit does not use: the cgroups monitor (containerd's OOM
+// events; sandpit reads OOM kills from each sandbox's cgroup) and the
+// restart monitor (restarts containers labelled for it). `sandpit
+// containerd config` prints it for scripts that start a containerd
+// themselves (rootless.sh), so the file is written in one place.
 func (d PrivateDaemon) Config() string {
 	d.defaults()
 	q := strconv.Quote
@@ -161,7 +164,7 @@ func (d PrivateDaemon) Config() string {
 		`version = 2`,
 		`root = ` + q(filepath.Join(d.Root, "root")),
 		`state = ` + q(filepath.Join(d.Dir, "state")),
-		`disabled_plugins = ["io.containerd.grpc.v1.cri"]`,
+		`disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.monitor.v1.cgroups", "io.containerd.internal.v1.restart"]`,
 		``,
 		`[grpc]`,
 		`  address = ` + q(sock),
