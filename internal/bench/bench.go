@@ -205,6 +205,9 @@ type Throughput struct {
 	CPUContainerdMS *float64 `json:"cpu_containerd_ms_per_run,omitempty"`
 	CPUCallerMS     *float64 `json:"cpu_caller_ms_per_run,omitempty"`
 	CPUVsRunc       *float64 `json:"cpu_vs_runc,omitempty"` // CPU per run ÷ runc run's
+	// CPUSandboxMS is CPUMS less the host's own run of the program: what
+	// the isolation costs per run, the program's own work aside.
+	CPUSandboxMS *float64 `json:"cpu_sandbox_ms_per_run,omitempty"`
 }
 
 // rounds splits a throughput measurement so that comparators alternate.

@@ -234,3 +234,49 @@ func TestReport(t *testing.T) {
 		t.Errorf("round trip: %+v", back)
 	}
 }
+
+// CPU per run is split by where it went, and the sandbox column is what
+// a path costs beyond the host's own run of the same program.
+func TestCPUReport(t *testing.T) {
+	comps := []Comparator{
+		{Name: "host", Group: "python", Role: RoleHost},
+		{Name: "runc", Group: "python", Role: RoleRunc},
+		{Name: "sandpit", Group: "python"},
+		{Name: "gcc", Group: "c", Role: RoleHost},
+		{Name: "sandpit-c", Group: "c"},
+		{Name: "lonely", Group: "go"},
+	}
+	tally := newCPUTally(comps, func() (time.Duration, time.Duration) { return 0, 0 })
+	ms := time.Millisecond
+	for i, own := range []time.Duration{200 * ms, 600 * ms, 400 * ms, 300 * ms, 500 * ms, 100 * ms} {
+		tally.ownOK[i] = true
+		tally.own1[i] = own
+	}
+	tally.daemon[2], tally.self[2] = 200*ms, 100*ms // sandpit: 700 ms in all
+	out := make([]Throughput, len(comps))
+	for i, c := range comps {
+		out[i] = Throughput{Name: c.Name, Group: c.Group, Runs: 10}
+	}
+	tally.report(out)
+	want := []struct {
+		cpu, sandbox float64 // -1: absent
+		vsRunc       float64
+	}{
+		{20, -1, 0.33}, {60, 40, 1}, {70, 50, 1.17}, {30, -1, 0.5}, {50, 20, 0.83}, {10, -1, 0.17},
+	}
+	for i, w := range want {
+		o := out[i]
+		if o.CPUMS == nil || *o.CPUMS != w.cpu {
+			t.Errorf("%s: CPU per run %v, want %v", o.Name, o.CPUMS, w.cpu)
+		}
+		switch {
+		case w.sandbox < 0 && o.CPUSandboxMS != nil:
+			t.Errorf("%s: sandbox CPU %v, want none (no host run of its program, or it is the host)", o.Name, *o.CPUSandboxMS)
+		case w.sandbox >= 0 && (o.CPUSandboxMS == nil || *o.CPUSandboxMS != w.sandbox):
+			t.Errorf("%s: sandbox CPU %v, want %v", o.Name, o.CPUSandboxMS, w.sandbox)
+		}
+		if o.CPUVsRunc == nil || *o.CPUVsRunc != w.vsRunc {
+			t.Errorf("%s: CPU × runc %v, want %v", o.Name, o.CPUVsRunc, w.vsRunc)
+		}
+	}
+}

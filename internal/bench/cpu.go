@@ -321,6 +321,7 @@ func (t *cpuTally) report(out []Throughput) {
 		return &v
 	}
 	var runcCPU float64
+	hostCPU := map[string]float64{} // by group
 	for i, c := range t.comps {
 		runs := out[i].Runs
 		if runs == 0 || c.NoCPU {
@@ -339,10 +340,18 @@ func (t *cpuTally) report(out []Throughput) {
 		if c.Role == RoleRunc {
 			runcCPU = *out[i].CPUMS
 		}
+		if c.Role == RoleHost {
+			hostCPU[out[i].Group] = *out[i].CPUMS
+		}
 	}
-	for i := range out {
-		if out[i].CPUMS != nil {
-			out[i].CPUVsRunc = ratio(*out[i].CPUMS, runcCPU)
+	for i, c := range t.comps {
+		if out[i].CPUMS == nil {
+			continue
+		}
+		out[i].CPUVsRunc = ratio(*out[i].CPUMS, runcCPU)
+		if h, ok := hostCPU[out[i].Group]; ok && c.Role != RoleHost {
+			v := float64(int64((*out[i].CPUMS-h)*10+0.5)) / 10
+			out[i].CPUSandboxMS = &v
 		}
 	}
 }

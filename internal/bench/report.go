@@ -120,12 +120,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 
 	if len(r.Throughput) > 0 {
-		fmt.Fprintln(bw, "\nthroughput (concurrent clients, alternating rounds; CPU per run: the path's cgroup + containerd + this process and its children, during its rounds)")
+		fmt.Fprintln(bw, "\nthroughput (concurrent clients, alternating rounds; CPU per run: the path's cgroup + containerd + this process and its children, during its rounds; sandbox: that less the host's own run of the program)")
 		tw = tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "%-*s\tgroup\tclients\truns\terrors\tseconds\truns/s\t× host\t× runc\tCPU ms/run\tcgroup\tcontainerd\tcaller\tCPU × runc\t\n", w0, "name")
+		fmt.Fprintf(tw, "%-*s\tgroup\tclients\truns\terrors\tseconds\truns/s\t× host\t× runc\tCPU ms/run\tcgroup\tcontainerd\tcaller\tsandbox\tCPU × runc\t\n", w0, "name")
 		for _, t := range r.Throughput {
-			fmt.Fprintf(tw, "%-*s\t%s\t%d\t%d\t%d\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", w0, t.Name, t.Group, t.Concurrency, t.Runs, t.Errors,
-				t.Seconds, t.RunsPerSec, rat(t.VsHost), rat(t.VsRunc), opt1(t.CPUMS), opt1(t.CPUCgroupMS), opt1(t.CPUContainerdMS), opt1(t.CPUCallerMS), rat(t.CPUVsRunc))
+			fmt.Fprintf(tw, "%-*s\t%s\t%d\t%d\t%d\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", w0, t.Name, t.Group, t.Concurrency, t.Runs, t.Errors,
+				t.Seconds, t.RunsPerSec, rat(t.VsHost), rat(t.VsRunc), opt1(t.CPUMS), opt1(t.CPUCgroupMS), opt1(t.CPUContainerdMS), opt1(t.CPUCallerMS), opt1(t.CPUSandboxMS), rat(t.CPUVsRunc))
 		}
 		tw.Flush()
 	}
