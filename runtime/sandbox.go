@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/containerd/containerd/leases"
 	"io"
 	"os"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/leases"
 	coci "github.com/containerd/containerd/oci"
 
 	"github.com/sandpit-dev/sandpit"
