@@ -38,6 +38,7 @@ type migrationWarmer struct {
 	running bool
 	off     bool // no cgroup.procs of ours accepts the write: do nothing
 	writes  atomic.Int64
+	mounts  []host.CgroupMount // read at the first spell: mountinfo is long on a busy server
 }
 
 // warmInterval is below the shortest grace period seen here (~8 ms), so
@@ -71,8 +72,11 @@ func (w *migrationWarmer) loop() {
 	// it may have been moved (the bench moves each path into a cgroup).
 	target := ""
 	pid := []byte(strconv.Itoa(os.Getpid()))
-	for _, p := range host.OwnCgroupProcs() {
-		if err := writePid(p, pid); err != nil {
+	if w.mounts == nil {
+		w.mounts = host.CgroupMounts() // one loop runs at a time (w.running)
+	}
+	for _, p := range host.OwnCgroupProcs(w.mounts) {
+		if err := os.WriteFile(p, pid, 0); err != nil {
 			w.log.Debug("cgroup warm-up: cannot write", "file", p, "err", err)
 			continue
 		}
@@ -90,7 +94,7 @@ func (w *migrationWarmer) loop() {
 	for w.holds > 0 {
 		w.mu.Unlock()
 		time.Sleep(warmInterval)
-		err := writePid(target, pid)
+		err := os.WriteFile(target, pid, 0)
 		if err == nil {
 			w.writes.Add(1)
 		}
@@ -102,16 +106,4 @@ func (w *migrationWarmer) loop() {
 		}
 	}
 	w.running = false
-}
-
-func writePid(file string, pid []byte) error {
-	f, err := os.OpenFile(file, os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(pid)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

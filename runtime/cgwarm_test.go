@@ -13,7 +13,7 @@ import (
 // The warmer rewrites this process's pid into its own cgroup while held,
 // stops when released, and never moves the process anywhere.
 func TestMigrationWarmer(t *testing.T) {
-	if os.Geteuid() != 0 || len(host.OwnCgroupProcs()) == 0 {
+	if os.Geteuid() != 0 || len(host.OwnCgroupProcs(host.CgroupMounts())) == 0 {
 		testenv.Skip(t, "needs root and a mounted cgroup hierarchy")
 	}
 	before, err := os.ReadFile("/proc/self/cgroup")

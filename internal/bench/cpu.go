@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -315,11 +316,11 @@ func (t *cpuTally) report(out []Throughput) {
 	if t.read == nil {
 		return
 	}
-	perRun := func(d time.Duration, runs int) *float64 {
-		v := ms(d / time.Duration(runs))
-		v = float64(int64(v*10+0.5)) / 10
+	tenth := func(v float64) *float64 {
+		v = math.Round(v*10) / 10
 		return &v
 	}
+	perRun := func(d time.Duration, runs int) *float64 { return tenth(ms(d / time.Duration(runs))) }
 	var runcCPU float64
 	hostCPU := map[string]float64{} // by group
 	for i, c := range t.comps {
@@ -350,8 +351,7 @@ func (t *cpuTally) report(out []Throughput) {
 		}
 		out[i].CPUVsRunc = ratio(*out[i].CPUMS, runcCPU)
 		if h, ok := hostCPU[out[i].Group]; ok && c.Role != RoleHost {
-			v := float64(int64((*out[i].CPUMS-h)*10+0.5)) / 10
-			out[i].CPUSandboxMS = &v
+			out[i].CPUSandboxMS = tenth(*out[i].CPUMS - h)
 		}
 	}
 }

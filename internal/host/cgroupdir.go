@@ -44,13 +44,14 @@ func MkdirCgroup(mount, rel string) (string, error) {
 }
 
 // OwnCgroupProcs lists the cgroup.procs files of the cgroups this process
-// is in now, one per mounted hierarchy, as /proc/self/cgroup names them.
-func OwnCgroupProcs() []string {
+// is in now, one per hierarchy of mounts (CgroupMounts, which change far
+// less often than a process's cgroup), as /proc/self/cgroup names them.
+func OwnCgroupProcs(mounts []CgroupMount) []string {
 	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return nil
 	}
-	return ownCgroupProcs(string(b), CgroupMounts())
+	return ownCgroupProcs(string(b), mounts)
 }
 
 // ownCgroupProcs maps the lines of /proc/PID/cgroup
