@@ -239,25 +239,7 @@ func TestKeeperRelease(t *testing.T) {
 	w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner})
 	settle()
 	k := w.NewKeeper()
-	v1, err := k.Open(ctx, "call-1")
-	mustDo(t, err)
-	first := v1.Dir()
-	v1.Close(ctx)
-	v2, err := k.Open(ctx, "call-2")
-	mustDo(t, err)
-	if v2.Dir() != first {
-		t.Fatal("the view was not reused")
-	}
-	k.Release()
-	v2.Close(ctx)
-	if mounted(t, first) {
-		t.Error("a view closed after Release is still mounted")
-	}
-	ents, err := os.ReadDir(w.runsDir())
-	mustDo(t, err)
-	if len(ents) != 0 {
-		t.Errorf("run dirs left after Release: %v", ents)
-	}
+	releasedWhileOpen(t, w, k.Open, k.Release, "Release")
 	// Another keeper: its parked view goes with Release.
 	k2 := w.NewKeeper()
 	v3, err := k2.Open(ctx, "call-3")
@@ -303,28 +285,38 @@ func TestKeeperSkipsBigWorkspaces(t *testing.T) {
 // closed afterwards are released too.
 func TestWorkspaceCloseReleasesTheSpare(t *testing.T) {
 	needRoot(t)
-	ctx := t.Context()
 	w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner})
 	settle()
-	v1, err := w.Open(ctx, "run-1")
+	releasedWhileOpen(t, w, w.Open, w.Close, "Close")
+}
+
+// releasedWhileOpen opens a view, closes it (it must stay mounted, kept),
+// opens the next (it must be the kept one), releases while that one is
+// open, then closes it: nothing may stay mounted or in the runs dir.
+func releasedWhileOpen(t *testing.T, w *Workspace, open func(context.Context, string) (sandpit.View, error), release func(), what string) {
+	t.Helper()
+	ctx := t.Context()
+	v1, err := open(ctx, "call-1")
 	mustDo(t, err)
 	first := v1.Dir()
 	v1.Close(ctx)
 	if !mounted(t, first) {
-		t.Fatal("a run that changed nothing left no spare view")
+		t.Fatal("a call that changed nothing left no kept view")
 	}
-	v2, err := w.Open(ctx, "run-2")
+	v2, err := open(ctx, "call-2")
 	mustDo(t, err)
 	if v2.Dir() != first {
-		t.Fatal("the spare view was not reused")
+		t.Fatal("the kept view was not reused")
 	}
-	w.Close()
+	release()
 	v2.Close(ctx)
 	if mounted(t, first) {
-		t.Error("a view closed after Close is still mounted")
+		t.Errorf("a view closed after %s is still mounted", what)
 	}
-	if ents, _ := os.ReadDir(w.runsDir()); len(ents) != 0 {
-		t.Errorf("run dirs left after Close: %v", ents)
+	ents, err := os.ReadDir(w.runsDir())
+	mustDo(t, err)
+	if len(ents) != 0 {
+		t.Errorf("run dirs left after %s: %v", what, ents)
 	}
 }
 
