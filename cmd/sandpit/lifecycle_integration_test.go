@@ -202,7 +202,10 @@ func waitRunning(t *testing.T, addr, instance string) {
 
 // runningTasks counts instance's sandboxes that run a program: an idle
 // pooled sandbox has two processes (the init and the waiter), one that runs
-// a request three or more (the init, the program, the init's timer).
+// a request three or more (the init, the program, the init's timer). It
+// tells that a program started, not that one ended: the count dips for a
+// moment every second, when the init's timer ends and the next starts;
+// liveTasks tells when a sandbox is gone.
 func runningTasks(t *testing.T, addr, instance string) int {
 	t.Helper()
 	c, ctx := containerdClient(t, addr)
@@ -489,7 +492,7 @@ func TestLifecycleRunDiesWithoutServer(t *testing.T) {
 			a.cmd.Process.Kill()
 			a.waitExit(t, 10*time.Second)
 			deadline := t0.Add(3*time.Second + 5*time.Second)
-			for runningTasks(t, s.addr, ia) > 0 && time.Now().Before(deadline.Add(20*time.Second)) {
+			for liveTasks(t, s.addr, ia) > 0 && time.Now().Before(deadline.Add(20*time.Second)) {
 				time.Sleep(100 * time.Millisecond)
 			}
 			gone := time.Since(t0)
@@ -706,7 +709,7 @@ func TestLifecycleRunDiesWithFrozenServer(t *testing.T) {
 	waitRunning(t, s.addr, ia)
 	a.cmd.Process.Signal(syscall.SIGSTOP)
 	defer a.cmd.Process.Signal(syscall.SIGCONT)
-	for runningTasks(t, s.addr, ia) > 0 && time.Since(t0) < 40*time.Second {
+	for liveTasks(t, s.addr, ia) > 0 && time.Since(t0) < 40*time.Second {
 		time.Sleep(100 * time.Millisecond)
 	}
 	gone := time.Since(t0)
