@@ -226,10 +226,13 @@ func TestSecurityFromInside(t *testing.T) {
 		{"no network", "python", "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 80), timeout=3)\n    print('CONNECTED')\nexcept OSError as e:\n    print('blocked', e)\n", "blocked"},
 		{"only loopback", "bash", "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '", "lo\n"},
 		{"tmp is noexec", "bash", "cp /bin/true /tmp/t && /tmp/t 2>&1; echo rc=$?", "Permission denied"},
-		// Builtins only after the bomb: a fork (sleep) while the pids
-		// limit is exhausted makes bash retry with growing pauses, past
-		// the timeout on a loaded host.
-		{"fork bomb contained", "bash", "f(){ f | f & }; f 2>/dev/null; SECONDS=0; while (( SECONDS < 2 )); do :; done; echo survived", "survived"},
+		// The shell forks once, before the bomb, and runs builtins only
+		// after it: a fork while the pids limit is exhausted makes bash
+		// retry with pauses of 1+2+4+8 s, past the timeout when every retry
+		// meets a full limit. Calling f itself here would fork the
+		// pipeline's second half after its first half has started the
+		// bomb (a CI failure: no output, timeout at 15 s).
+		{"fork bomb contained", "bash", "f(){ f | f & }; f 2>/dev/null & SECONDS=0; while (( SECONDS < 2 )); do :; done; echo survived", "survived"},
 		{"no host env", "bash", "env | grep -c SANDPIT_SECRET_CANARY || true", "0"},
 	}
 	os.Setenv("SANDPIT_SECRET_CANARY", "leak-me")
