@@ -9,12 +9,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/snapshots"
+	"github.com/containerd/ttrpc"
 )
 
 // Sweep removes every container, task and snapshot labelled with this
@@ -51,7 +53,7 @@ func (r *Runtime) sweepCount(ctx context.Context, c *containerd.Client) (int, er
 	var errs []error
 	removed := 0
 	for _, ctr := range containers {
-		if err := r.removeContainer(ctx, ctr); err != nil {
+		if err := r.removeSwept(ctx, ctr); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -104,6 +106,31 @@ func (r *Runtime) isLive(id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.live[id]
+}
+
+// removeSwept removes a container left by a dead server. Its shim may be
+// exiting as we sweep (sandpit-shim stops when its server dies): a call
+// that meets the shim's connection closing is retried until containerd has
+// cleaned up after the dead shim and lets the task go, for up to 10 s.
+func (r *Runtime) removeSwept(ctx context.Context, ctr containerd.Container) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := r.removeContainer(ctx, ctr)
+		if !shimGone(err) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			return err
+		}
+	}
+}
+
+// shimGone reports whether err is a task call that met its shim's
+// connection closed: containerd passes ttrpc's ErrClosed on as text.
+func shimGone(err error) bool {
+	return err != nil && strings.Contains(err.Error(), ttrpc.ErrClosed.Error())
 }
 
 func (r *Runtime) removeContainer(ctx context.Context, ctr containerd.Container) error {

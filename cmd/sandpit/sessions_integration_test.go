@@ -287,12 +287,15 @@ func TestMCPCancel(t *testing.T) {
 	go func() {
 		var req mcpgo.CallToolRequest
 		req.Params.Name = "run_code"
-		req.Params.Arguments = map[string]any{"language": "python", "code": "print('started', flush=True)\nwhile True: pass", "timeout_seconds": 60}
+		// The program names itself once it has printed, so the cancel
+		// below comes after the print however slow the host (a fixed
+		// pause did not, under CI's parallel packages).
+		req.Params.Arguments = map[string]any{"language": "python", "code": "print('started', flush=True)\nopen('/proc/self/comm', 'w').write('sandpit-spin')\nwhile True: pass", "timeout_seconds": 60}
 		_, err := srv.client.CallTool(ctx, req)
 		errc <- err
 	}()
 	waitRunning(t, s.addr, inst)
-	time.Sleep(500 * time.Millisecond) // let it print
+	waitProcessNamed(t, "sandpit-spin")
 	t0 := time.Now()
 	cancel() // mcp-go's client sends notifications/cancelled
 	<-errc
@@ -626,4 +629,21 @@ func TestMCPSessionSeesWorkspaceChanges(t *testing.T) {
 	srv.stdin.Close()
 	srv.waitExit(t, 30*time.Second)
 	assertNothingLeft(t, s, inst, 10*time.Second)
+}
+
+// waitProcessNamed waits, up to a minute, for a host process whose name
+// (comm) is name: a sandboxed program's sign that it got somewhere.
+func waitProcessNamed(t *testing.T, name string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		comms, _ := filepath.Glob("/proc/[0-9]*/comm")
+		for _, p := range comms {
+			if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) == name {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no process named %s within a minute", name)
 }
