@@ -377,3 +377,36 @@ func TestUnknownLanguageAndMissingDaemon(t *testing.T) {
 		t.Errorf("took %s to report a missing daemon", d)
 	}
 }
+
+// TestCancelDuringCreate: a run cancelled at any point of its sandbox's
+// creation returns promptly with the cancellation and leaves nothing —
+// containerd finishes a creation its client gave up on, so a task made
+// after the cancel must still be found and removed (it once ran on, its
+// container undeletable).
+func TestCancelDuringCreate(t *testing.T) {
+	r := newRuntime(t)
+	cfg := r.Config()
+	if res := run(t, r, sandpit.Request{Language: "bash", Code: "true"}); res.Status != sandpit.StatusSuccess {
+		t.Fatalf("first run (image and shim ready): %+v", res)
+	}
+	for d := time.Duration(0); d <= 60*time.Millisecond; d += 4 * time.Millisecond {
+		ctx, cancel := context.WithTimeout(t.Context(), d)
+		t0 := time.Now()
+		res, err := r.Run(ctx, sandpit.Request{Language: "bash", Code: "sleep 30", Timeout: 40 * time.Second})
+		took := time.Since(t0)
+		cancel()
+		t.Logf("cancelled after %s: returned after %s: err %v", d, took.Round(time.Millisecond), err)
+		switch {
+		case err == nil && res.Status != sandpit.StatusCancelled:
+			t.Errorf("cancelled after %s: status %s, want cancelled or an error", d, res.Status)
+		case err != nil && !errors.Is(err, context.DeadlineExceeded):
+			t.Errorf("cancelled after %s: %v, want the context's error", d, err)
+		}
+		// The old path waited 2 s here to see whether the shim had died.
+		if took > d+time.Second {
+			t.Errorf("cancelled after %s, returned only after %s", d, took)
+		}
+	}
+	r.Settle()
+	assertNothingLeft(t, cfg.Address, cfg.Instance)
+}

@@ -40,8 +40,43 @@ type sandbox struct {
 
 // create makes the container and its task, wired to fresh capped output
 // buffers and to stdin, and subscribes to its exit. On error nothing is left.
-func (r *Runtime) create(ctx context.Context, c *containerd.Client, img containerd.Image, cid, fifoDir string, stdin *stdinFeed, stdoutCap int64, extra []coci.SpecOpts) (_ *sandbox, retErr error) {
-	cleanupCtx := context.WithoutCancel(ctx)
+//
+// A cancelled ctx returns at once, but the creation itself is never
+// cancelled half-way: containerd goes on with a request its client gave up
+// on, so a task cancelled mid-create could be made after we looked, and
+// run on with its container record undeletable ("cannot delete running
+// task"; a CI failure when a client disconnected). The creation finishes
+// in the background and what it made is destroyed.
+func (r *Runtime) create(ctx context.Context, c *containerd.Client, img containerd.Image, cid, fifoDir string, stdin *stdinFeed, stdoutCap int64, extra []coci.SpecOpts) (*sandbox, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	type made struct {
+		sb  *sandbox
+		err error
+	}
+	done := make(chan made, 1)
+	detached := context.WithoutCancel(ctx)
+	r.background(func() {
+		sb, err := r.createWhole(detached, c, img, cid, fifoDir, stdin, stdoutCap, extra)
+		done <- made{sb, err}
+	})
+	select {
+	case m := <-done:
+		return m.sb, m.err
+	case <-ctx.Done():
+		r.background(func() {
+			if m := <-done; m.sb != nil {
+				r.destroy(detached, m.sb)
+			}
+		})
+		return nil, fmt.Errorf("create sandbox: %w", ctx.Err())
+	}
+}
+
+// createWhole is create's work, under a context that is not cancelled.
+func (r *Runtime) createWhole(ctx context.Context, c *containerd.Client, img containerd.Image, cid, fifoDir string, stdin *stdinFeed, stdoutCap int64, extra []coci.SpecOpts) (_ *sandbox, retErr error) {
+	cleanupCtx := ctx
 	labels := map[string]string{LabelInstance: r.cfg.Instance, LabelRun: cid, LabelState: r.cfg.StateDir}
 	specOpts := append([]coci.SpecOpts{oci.WithHardening(oci.Profile{
 		Limits: r.cfg.Limits,
@@ -120,8 +155,12 @@ const noLease = "sandpit-container-records-need-no-lease"
 // start starts the task and closes its stdin once the feed is drained: the
 // shim keeps the stdin FIFO open, so the program sees EOF only when we close
 // it explicitly, after the copier has delivered every byte.
+//
+// The start itself is not cancelled: a start cut off mid-call came back as
+// the shim's "unknown" error after shimLost's wait for a dead shim (2 s); a
+// cancelled run's sandbox starts and await kills it at once.
 func (r *Runtime) start(ctx context.Context, sb *sandbox) error {
-	if err := sb.task.Start(ctx); err != nil {
+	if err := sb.task.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("start sandbox task: %w", shimLost(sb.shim, err))
 	}
 	cleanupCtx := context.WithoutCancel(ctx)

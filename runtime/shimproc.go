@@ -305,8 +305,8 @@ func shimLost(s *shimProc, err error) error {
 	if s.exited() {
 		return s.exitError(err)
 	}
-	if isUnavailable(err) {
-		return err // containerd itself went away
+	if isUnavailable(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err // containerd itself went away, or the caller gave up
 	}
 	select {
 	case <-s.done:
