@@ -471,6 +471,7 @@ func TestAttackOtherSandboxFiles(t *testing.T) {
 for p in ["/tmp/sandpit-canary-victim", "/dev/shm/sandpit-canary-victim"]:
     open(p, "w").write(%q)
 print("written"); sys.stdout.flush()
+open("/proc/self/comm", "w").write("sp-victim-wrote")
 time.sleep(6)
 `, secret)})
 		if err != nil {
@@ -478,7 +479,7 @@ time.sleep(6)
 		}
 		victim <- res
 	}()
-	time.Sleep(2 * time.Second) // the victim is up and has written by now (the attacker's own start adds more)
+	testenv.WaitProcessNamed(t, "sp-victim-wrote") // the victim has written its files
 	res := run(t, r, sandpit.Request{Language: "bash", Code: `try() { if out=$(head -c 200 "$1" 2>/dev/null); then echo "read $1: $out"; fi; }
 try /tmp/sandpit-canary-victim; try /dev/shm/sandpit-canary-victim
 for d in /proc/[0-9]*; do try "$d/root/tmp/sandpit-canary-victim"; done

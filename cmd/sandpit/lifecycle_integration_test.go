@@ -453,9 +453,9 @@ func TestLifecycleSIGTERM(t *testing.T) {
 	s := newLifecycleStore(t)
 	a, _ := s.start(t)
 	ia := a.instanceOf(t)
-	a.runAsync(t, map[string]any{"language": "python", "code": "import time\nprint('partial', flush=True)\ntime.sleep(40)", "timeout_seconds": 60})
+	a.runAsync(t, map[string]any{"language": "python", "code": "import time\nprint('partial', flush=True)\nopen('/proc/self/comm', 'w').write('sandpit-printed')\ntime.sleep(40)", "timeout_seconds": 60})
 	waitRunning(t, s.addr, ia)
-	time.Sleep(time.Second) // let the program print
+	testenv.WaitProcessNamed(t, "sandpit-printed")
 	a.cmd.Process.Signal(syscall.SIGTERM)
 	took := a.waitExit(t, 30*time.Second)
 	t.Logf("exit after SIGTERM mid-run: %s", took)

@@ -295,7 +295,7 @@ func TestMCPCancel(t *testing.T) {
 		errc <- err
 	}()
 	waitRunning(t, s.addr, inst)
-	waitProcessNamed(t, "sandpit-spin")
+	testenv.WaitProcessNamed(t, "sandpit-spin")
 	t0 := time.Now()
 	cancel() // mcp-go's client sends notifications/cancelled
 	<-errc
@@ -629,21 +629,4 @@ func TestMCPSessionSeesWorkspaceChanges(t *testing.T) {
 	srv.stdin.Close()
 	srv.waitExit(t, 30*time.Second)
 	assertNothingLeft(t, s, inst, 10*time.Second)
-}
-
-// waitProcessNamed waits, up to a minute, for a host process whose name
-// (comm) is name: a sandboxed program's sign that it got somewhere.
-func waitProcessNamed(t *testing.T, name string) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		comms, _ := filepath.Glob("/proc/[0-9]*/comm")
-		for _, p := range comms {
-			if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) == name {
-				return
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("no process named %s within a minute", name)
 }
