@@ -76,7 +76,7 @@ def _sp_main():
                         except OSError:
                             pass
                     else:
-                        signal.pthread_kill(main_ident, signal.SIGINT)
+                        threading.Thread(target=interrupt_main, args=(f[1],), daemon=True).start()
                 continue
             if f[0] == b"call":
                 nonce, cwd, kind, name = f[1], f[2], f[3], f[4]
@@ -84,8 +84,19 @@ def _sp_main():
                 data = read_exact(int(f[6]))
                 calls.put((nonce, cwd, kind, name, code, data, [os.fsdecode(a) for a in f[7:]]))
 
+    def interrupt_main(nonce):
+        # Until the handler has raised: a signal that lands after the
+        # interpreter's last check but before a blocking call (time.sleep
+        # entering clock_nanosleep) only runs the handler when that call
+        # returns, so one SIGINT can be lost for as long as the call lasts.
+        pause = threading.Event()
+        while state["nonce"] == nonce and state.get("intr_seen") != nonce:
+            signal.pthread_kill(main_ident, signal.SIGINT)
+            pause.wait(0.05)
+
     def on_int(signum, frame):
         if _sp_int_ok:
+            state["intr_seen"] = state["nonce"]
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, on_int)
