@@ -95,7 +95,9 @@ def _sp_main():
             pause.wait(0.05)
 
     def on_int(signum, frame):
-        if _sp_int_ok:
+        # Once per call: a repeat that crossed the raise must not break
+        # into the program's own clean-up (the server interrupts once).
+        if _sp_int_ok and state.get("intr_seen") != state["nonce"]:
             state["intr_seen"] = state["nonce"]
             raise KeyboardInterrupt
 
@@ -149,6 +151,7 @@ def _sp_main():
             linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
             _sp_int_ok = True
             if state.get("intr") == nonce:
+                state["intr_seen"] = nonce
                 raise KeyboardInterrupt  # interrupted before it started
             tree = compile(src, filename, "exec", ast.PyCF_ONLY_AST)
             last = None
