@@ -74,9 +74,17 @@ func (r *Runtime) create(ctx context.Context, c *containerd.Client, img containe
 	}
 }
 
+// createTimeout bounds a sandbox's creation, now that no caller's cancel
+// cuts it short: a containerd that stopped answering must not hold a run,
+// or a shutdown waiting for the creation, forever.
+const createTimeout = 2 * time.Minute
+
 // createWhole is create's work, under a context that is not cancelled.
-func (r *Runtime) createWhole(ctx context.Context, c *containerd.Client, img containerd.Image, cid, fifoDir string, stdin *stdinFeed, stdoutCap int64, extra []coci.SpecOpts) (_ *sandbox, retErr error) {
-	cleanupCtx := ctx
+func (r *Runtime) createWhole(cleanupCtx context.Context, c *containerd.Client, img containerd.Image, cid, fifoDir string, stdin *stdinFeed, stdoutCap int64, extra []coci.SpecOpts) (_ *sandbox, retErr error) {
+	// The creation's calls are bounded; the task's wait, which lasts as
+	// long as the sandbox, and the clean-up are not.
+	ctx, cancel := context.WithTimeout(cleanupCtx, createTimeout)
+	defer cancel()
 	labels := map[string]string{LabelInstance: r.cfg.Instance, LabelRun: cid, LabelState: r.cfg.StateDir}
 	specOpts := append([]coci.SpecOpts{oci.WithHardening(oci.Profile{
 		Limits: r.cfg.Limits,
