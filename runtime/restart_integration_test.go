@@ -188,3 +188,61 @@ func instanceContainers(t *testing.T, addr, instance string) []string {
 	}
 	return ids
 }
+
+// containerd frozen (SIGSTOP) while a run creates its sandbox: the run's
+// cancel still returns at once; once containerd answers again, the
+// creation it was in finishes in the background and is removed, and the
+// next run works.
+func TestCancelWithContainerdFrozen(t *testing.T) {
+	d := ownContainerd(t)
+	cfg := testruntime.Config(t)
+	cfg.Address = d.Address()
+	r, err := runtime.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	if res, err := r.Run(t.Context(), sandpit.Request{Language: "bash", Code: "echo ready"}); err != nil || res.Status != sandpit.StatusSuccess {
+		t.Fatalf("first run: %v %+v", err, res)
+	}
+	pid := d.PID()
+	if pid == 0 {
+		t.Fatal("the test's containerd is not running")
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			syscall.Kill(pid, syscall.SIGCONT)
+			thawed = true
+		}
+	}
+	t.Cleanup(thaw)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	t0 := time.Now()
+	res, err := r.Run(ctx, sandpit.Request{Language: "bash", Code: "echo hi"})
+	took := time.Since(t0)
+	t.Logf("run against a frozen containerd, cancelled at 1 s: back after %s: %v", took.Round(time.Millisecond), err)
+	if err == nil {
+		t.Fatalf("run against a frozen containerd: %+v, want the cancellation", res)
+	}
+	if took > 6*time.Second {
+		t.Errorf("cancelled at 1 s, back only after %s", took)
+	}
+	thaw()
+	settled := make(chan struct{})
+	go func() { r.Settle(); close(settled) }()
+	select {
+	case <-settled:
+	case <-time.After(time.Minute):
+		t.Fatal("the background creation did not finish a minute after containerd was thawed")
+	}
+	if res, err := r.Run(t.Context(), sandpit.Request{Language: "bash", Code: "echo back"}); err != nil || res.Stdout != "back\n" {
+		t.Fatalf("run after the thaw: %v %+v", err, res)
+	}
+	r.Settle()
+	assertNothingLeft(t, d.Address(), cfg.Instance)
+}
