@@ -55,22 +55,37 @@ func (r *Runtime) create(ctx context.Context, c *containerd.Client, img containe
 		sb  *sandbox
 		err error
 	}
-	done := make(chan made, 1)
+	var (
+		mu        sync.Mutex // orders the hand-over against abandoned
+		abandoned bool
+		done      = make(chan made, 1)
+	)
 	detached := context.WithoutCancel(ctx)
 	r.background(func() {
 		sb, err := r.createWhole(detached, c, img, cid, fifoDir, stdin, stdoutCap, extra)
-		done <- made{sb, err}
+		mu.Lock()
+		gone := abandoned
+		if !gone {
+			done <- made{sb, err}
+		}
+		mu.Unlock()
+		if gone && sb != nil {
+			r.destroy(detached, sb)
+		}
 	})
 	select {
 	case m := <-done:
 		return m.sb, m.err
 	case <-ctx.Done():
-		r.background(func() {
-			if m := <-done; m.sb != nil {
-				r.destroy(detached, m.sb)
-			}
-		})
-		return nil, fmt.Errorf("create sandbox: %w", ctx.Err())
+		mu.Lock()
+		defer mu.Unlock()
+		select {
+		case m := <-done: // made meanwhile: the caller's await kills it
+			return m.sb, m.err
+		default:
+			abandoned = true
+			return nil, fmt.Errorf("create sandbox: %w", ctx.Err())
+		}
 	}
 }
 
