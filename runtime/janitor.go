@@ -111,17 +111,27 @@ func (r *Runtime) isLive(id string) bool {
 // removeSwept removes a container left by a dead server. Its shim may be
 // exiting as we sweep (sandpit-shim stops when its server dies): a call
 // that meets the shim's connection closing is retried until containerd has
-// cleaned up after the dead shim and lets the task go, for up to 10 s.
+// cleaned up after the dead shim and lets the task go.
 func (r *Runtime) removeSwept(ctx context.Context, ctr containerd.Container) error {
+	return r.retryRemoval(ctx, shimGone, func() error { return r.removeContainer(ctx, ctr) })
+}
+
+// retryRemoval calls remove until it succeeds or fails in a way retryable
+// does not accept, for up to 10 s, while ctx lasts and the runtime is not
+// closing: containerd lets a dead shim's task go only once it has cleaned
+// up after that shim.
+func (r *Runtime) retryRemoval(ctx context.Context, retryable func(error) bool, remove func() error) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		err := r.removeContainer(ctx, ctr)
-		if !shimGone(err) || time.Now().After(deadline) {
+		err := remove()
+		if err == nil || !retryable(err) || time.Now().After(deadline) {
 			return err
 		}
 		select {
 		case <-time.After(100 * time.Millisecond):
 		case <-ctx.Done():
+			return err
+		case <-r.closing:
 			return err
 		}
 	}

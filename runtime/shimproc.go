@@ -321,16 +321,8 @@ func shimLost(s *shimProc, err error) error {
 // delete), and only then lets the container go. The fresh shim destroys
 // the container's processes and state.
 func (r *Runtime) removeAfterShimDied(ctx context.Context, id string) {
-	var err error
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-		if err = r.removeOnce(ctx, id); err == nil {
-			return
-		}
-		select {
-		case <-time.After(200 * time.Millisecond):
-		case <-r.closing:
-			deadline = time.Time{}
-		}
+	anyError := func(error) bool { return true }
+	if err := r.retryRemoval(ctx, anyError, func() error { return r.removeOnce(ctx, id) }); err != nil {
+		r.log.Warn("sandbox of a dead shim not removed; the janitor will", "id", id, "err", err)
 	}
-	r.log.Warn("sandbox of a dead shim not removed; the janitor will", "id", id, "err", err)
 }
