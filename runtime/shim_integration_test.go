@@ -5,9 +5,12 @@ package runtime_test
 // happens when the shim dies under runs.
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -134,4 +137,79 @@ func TestShimCrashMidRun(t *testing.T) {
 		log, _ := os.ReadFile(filepath.Join(cfg.StateDir, "shim", "shim.log"))
 		t.Errorf("the shim's state dir still holds %d containers after Close (%s); its log:\n%s", len(entries), entries[0].Name(), log)
 	}
+}
+
+// Each sandbox's init runs from a sealed copy of sandpit-shim-init when
+// the shim dir has it, and from the shim's own binary when it does not;
+// both serve runs. A parked sandbox's init (created, waiting on its exec
+// FIFO) shows which: its executable. Without this test a change of the
+// memfd's name in libcontainer would silently put every sandbox back on
+// the slower path.
+func TestShimInitBinary(t *testing.T) {
+	dir := testruntime.ShimDir()
+	withoutInit := t.TempDir()
+	for _, name := range []string{runtime.ShimRuntimeBinary, runtime.ShimDaemonBinary} {
+		if err := os.Symlink(filepath.Join(dir, name), filepath.Join(withoutInit, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, runtime.ShimInitBinary)); dir != "" && err != nil {
+		t.Fatalf("the shim dir %s has no %s: scripts/build.sh builds it", dir, runtime.ShimInitBinary)
+	}
+	tests := []struct {
+		name    string
+		shimDir string
+		isInit  func(exe string) bool // of a parked init's executable
+	}{
+		{"init binary", dir, func(exe string) bool {
+			return strings.HasPrefix(exe, "/memfd:runc_cloned:"+runtime.ShimInitBinary+" ")
+		}},
+		{"shim binary", withoutInit, func(exe string) bool {
+			return strings.Contains(exe, runtime.ShimDaemonBinary) && !strings.Contains(exe, runtime.ShimInitBinary)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRuntime(t, withShim(t), func(c *runtime.Config) {
+				c.ShimDir = tt.shimDir
+				c.Pool = runtime.PoolConfig{Size: 1, MaxSize: 1, Created: 1, IdleTimeout: time.Minute}
+			})
+			waitPool(t, r, "python", "one parked", func(st runtime.PoolStats) bool { return st.Parked >= 1 })
+			shims := shimPids(t, r.Config().StateDir)
+			if len(shims) != 1 {
+				t.Fatalf("sandpit-shim processes: %v, want one", shims)
+			}
+			var exes []string
+			for _, pid := range children(shims[0]) {
+				if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil {
+					exes = append(exes, exe)
+				}
+			}
+			if !slices.ContainsFunc(exes, tt.isInit) {
+				t.Errorf("no parked init runs from the expected binary; the shim's children run from %q", exes)
+			}
+			if res := run(t, r, sandpit.Request{Language: "python", Code: "print(6*7)"}); res.Status != sandpit.StatusSuccess || res.Stdout != "42\n" {
+				t.Errorf("run: %+v", res)
+			}
+		})
+	}
+}
+
+// children lists the pids whose parent is pid.
+func children(pid int) []int {
+	var out []int
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			c, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			out = append(out, c)
+		}
+	}
+	return out
 }

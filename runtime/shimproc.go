@@ -31,10 +31,14 @@ import (
 // containerd-style name io.containerd.sandpit.v1 means the same.
 const RuntimeSandpit = "sandpit"
 
-// The two programs of sandpit's runtime, found in Config.ShimDir.
+// The programs of sandpit's runtime, found in Config.ShimDir. The init
+// binary is optional: without it, each sandbox's init is sandpit-shim
+// itself, which costs each creation ≈ 1.5 ms and 1-3 ms of CPU more
+// (cmd/sandpit-shim-init).
 const (
 	ShimRuntimeBinary = "containerd-shim-sandpit-v1"
 	ShimDaemonBinary  = "sandpit-shim"
+	ShimInitBinary    = "sandpit-shim-init"
 )
 
 // ErrShimDied: the shim serving a sandbox exited while it was in use.
@@ -59,12 +63,18 @@ func (c *Config) shimDefaults() {
 func (c *Config) CheckShim() error {
 	for _, name := range []string{ShimRuntimeBinary, ShimDaemonBinary} {
 		p := filepath.Join(c.ShimDir, name)
-		if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 || !filepath.IsAbs(p) {
+		if !isExecutable(p) || !filepath.IsAbs(p) {
 			return sandpit.WithHint(fmt.Errorf("runtime %s needs %s: %w", RuntimeSandpit, p, errors.Join(ErrUnavailable, errors.New("not an executable at an absolute path"))),
 				"build it with `go build -tags seccomp,runc_nocriu -o bin/ ./cmd/...` (scripts/serve.sh does), or point --shim-dir at it; --runtime io.containerd.runc.v2 runs without it")
 		}
 	}
 	return nil
+}
+
+// isExecutable reports whether path is a file someone may execute.
+func isExecutable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }
 
 // shimProc is one running sandpit-shim.
@@ -164,12 +174,18 @@ func (r *Runtime) startShim() (_ *shimProc, retErr error) {
 		return nil, err
 	}
 	defer readyR.Close()
-	cmd := exec.Command(filepath.Join(r.cfg.ShimDir, ShimDaemonBinary),
+	args := []string{
 		"-namespace", r.cfg.Namespace,
-		"-ttrpc-address", r.cfg.Address+".ttrpc",
+		"-ttrpc-address", r.cfg.Address + ".ttrpc",
 		"-root", root,
 		"-seccomp-loader", filepath.Join(r.cfg.ShimDir, ShimRuntimeBinary),
-	)
+	}
+	if p := filepath.Join(r.cfg.ShimDir, ShimInitBinary); isExecutable(p) {
+		args = append(args, "-init", p)
+	} else {
+		r.log.Warn("each sandbox's init runs from sandpit-shim itself, ≈ 1.5 ms slower to create: "+ShimInitBinary+" is not in the shim dir (scripts/build.sh builds it)", "shim_dir", r.cfg.ShimDir)
+	}
+	cmd := exec.Command(filepath.Join(r.cfg.ShimDir, ShimDaemonBinary), args...)
 	cmd.Dir = root
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = pr, logf, logf
 	cmd.ExtraFiles = []*os.File{lf, readyW}

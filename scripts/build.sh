@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Build sandpit's three programs into bin/ (serve.sh and test.sh call this):
+# Build sandpit's four programs into bin/ (serve.sh and test.sh call this):
 #   bin/sandpit                     the server and CLI
 #   bin/sandpit-shim                sandpit's containerd shim (libcontainer,
 #                                   seccomp through cgo: needs gcc and
 #                                   libseccomp-dev)
+#   bin/sandpit-shim-init           each sandbox's init (libcontainer's, in a
+#                                   binary far smaller than the shim; cgo)
 #   bin/containerd-shim-sandpit-v1  the runtime binary containerd execs for
 #                                   each task, and the in-sandbox seccomp
 #                                   loader; static, standard library only
@@ -17,4 +19,5 @@ mkdir -p bin
 go build -o bin/sandpit ./cmd/sandpit
 [ "${1:-}" = --rootless ] && exit 0
 go build -tags seccomp,runc_nocriu -o bin/sandpit-shim ./cmd/sandpit-shim
+go build -tags runc_nocriu -o bin/sandpit-shim-init ./cmd/sandpit-shim-init
 CGO_ENABLED=0 go build -o bin/containerd-shim-sandpit-v1 ./cmd/containerd-shim-sandpit-v1

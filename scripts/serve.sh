@@ -31,7 +31,7 @@ export PATH="/usr/local/go/bin:$PATH"
 bins=(bin/sandpit)
 build=(scripts/build.sh)
 if [ "$(id -u)" -eq 0 ]; then
-	bins+=(bin/sandpit-shim bin/containerd-shim-sandpit-v1)
+	bins+=(bin/sandpit-shim bin/sandpit-shim-init bin/containerd-shim-sandpit-v1)
 else
 	build+=(--rootless)
 fi

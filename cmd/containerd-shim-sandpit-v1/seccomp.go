@@ -19,10 +19,12 @@ import (
 // as the last step before its program starts — where runc would load it.
 const seccompExecMode = "seccomp-exec"
 
-// Descriptors the shim passes.
+// Descriptors the shim passes: this binary, the filter, and the init
+// binary its init ran from (runtime/shim.InitFD; not always passed).
 const (
 	selfFD   = 3
 	filterFD = 4
+	initFD   = 5
 )
 
 // seccompExec loads the filter and execs argv. It never runs argv without
@@ -41,6 +43,7 @@ func seccompExec(argv []string) int {
 	prog, flags, err := readFilter(filterFD)
 	syscall.Close(filterFD)
 	syscall.Close(selfFD)
+	syscall.Close(initFD)
 	if err != nil {
 		return fail(fmt.Errorf("seccomp filter: %w", err))
 	}

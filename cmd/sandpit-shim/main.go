@@ -44,6 +44,7 @@ func main() {
 	flag.StringVar(&cfg.TTRPCAddress, "ttrpc-address", "", "containerd's ttrpc socket (events)")
 	flag.StringVar(&cfg.Root, "root", "", "state directory")
 	flag.StringVar(&cfg.Loader, "seccomp-loader", "", "containerd-shim-sandpit-v1, which loads seccomp programs compiled once (empty: libcontainer compiles per sandbox)")
+	flag.StringVar(&cfg.Init, "init", "", "sandpit-shim-init, each sandbox's init in place of this binary (needs -seccomp-loader; empty: this binary)")
 	flag.Parse()
 	if cfg.Namespace == "" || cfg.TTRPCAddress == "" || cfg.Root == "" {
 		fmt.Fprintln(os.Stderr, "sandpit-shim: -namespace, -ttrpc-address and -root are required; sandpit starts this program itself")

@@ -66,33 +66,55 @@ func RunCompileHelper() {
 type filters struct {
 	log    *slog.Logger
 	loader *os.File // sealed copy of the loader binary; nil: disabled
+	// init is a sealed copy of sandpit-shim-init, passed at InitFD beside
+	// the loader (nil: none); sandpit-shim's init re-executes into it.
+	init   *os.File
 	mu     sync.Mutex
 	byKey  map[[32]byte]*os.File // sealed programs
 	failed map[[32]byte]error
 }
 
-// newFilters makes the loader's sealed copy; an empty path disables
-// precompiled filters.
-func newFilters(loaderPath, tmp string, log *slog.Logger) (*filters, error) {
+// InitFD is where a sandbox's init finds sandpit-shim-init: after the
+// loader (fd 3) and the filter (fd 4). cmd/sandpit-shim's constructor
+// checks the same number at compile time.
+const InitFD = 5
+
+// newFilters makes the loader's sealed copy, and that of the init binary
+// if initPath is set; an empty loaderPath disables precompiled filters,
+// and with them the init binary, which travels beside the loader.
+func newFilters(loaderPath, initPath, tmp string, log *slog.Logger) (*filters, error) {
 	f := &filters{log: log, byKey: map[[32]byte]*os.File{}, failed: map[[32]byte]error{}}
 	if loaderPath == "" || runtime.GOARCH != "amd64" {
 		log.Info("seccomp profiles are compiled in every sandbox (no loader)")
 		return f, nil
 	}
-	src, err := os.Open(loaderPath)
-	if err != nil {
+	var err error
+	if f.loader, err = sealedCopy(loaderPath, "sandpit-seccomp-loader", tmp); err != nil {
 		return nil, fmt.Errorf("seccomp loader: %w", err)
+	}
+	if initPath != "" {
+		if f.init, err = sealedCopy(initPath, "sandpit-shim-init", tmp); err != nil {
+			return nil, fmt.Errorf("init binary: %w", err)
+		}
+	}
+	return f, nil
+}
+
+// sealedCopy is a sealed, executable copy of the binary at path (a memfd
+// named runc_cloned:name where the kernel has them), as libcontainer makes
+// of its own binary: nothing in a sandbox can write through to the host's
+// file (CVE-2019-5736).
+func sealedCopy(path, name, tmp string) (*os.File, error) {
+	src, err := os.Open(path)
+	if err != nil {
+		return nil, err
 	}
 	defer src.Close()
 	st, err := src.Stat()
 	if err != nil {
 		return nil, err
 	}
-	f.loader, err = exeseal.CloneBinary(src, st.Size(), "sandpit-seccomp-loader", tmp)
-	if err != nil {
-		return nil, fmt.Errorf("seccomp loader: %w", err)
-	}
-	return f, nil
+	return exeseal.CloneBinary(src, st.Size(), name, tmp)
 }
 
 // apply replaces cfg's profile with a precompiled program loaded by the
@@ -115,6 +137,10 @@ func (f *filters) apply(cfg *configs.Config, p *libcontainer.Process, noNewPrivs
 	cfg.Seccomp = nil
 	p.Args = append([]string{"/proc/self/fd/3", "seccomp-exec"}, p.Args...)
 	p.ExtraFiles = []*os.File{f.loader, prog} // fds 3 and 4
+	if f.init != nil {
+		// InitFD; the loader closes it with the other two.
+		p.ExtraFiles = append(p.ExtraFiles, f.init)
+	}
 	return nil
 }
 

@@ -47,6 +47,10 @@ type Config struct {
 	// Loader is the seccomp loader (containerd-shim-sandpit-v1); empty:
 	// libcontainer compiles each sandbox's profile (see seccomp.go).
 	Loader string
+	// Init is sandpit-shim-init, each sandbox's init in place of this
+	// binary (see cmd/sandpit-shim-init); it needs Loader. Empty: this
+	// binary is the init.
+	Init string
 	// Ready gets one byte, and is closed, once the shim serves.
 	Ready io.WriteCloser
 	Log   *slog.Logger
@@ -84,7 +88,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	}
 	defer publisher.Close()
 
-	flt, err := newFilters(cfg.Loader, cfg.Root, log)
+	flt, err := newFilters(cfg.Loader, cfg.Init, cfg.Root, log)
 	if err != nil {
 		return err
 	}
