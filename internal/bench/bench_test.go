@@ -235,8 +235,9 @@ func TestReport(t *testing.T) {
 	}
 }
 
-// CPU per run is split by where it went, and the sandbox column is what
-// a path costs beyond the host's own run of the same program.
+// CPU per run is split by where it went, the sandbox column is what a
+// path costs beyond the host's own run of the same program, and CPU × runc
+// compares runs of the same program only.
 func TestCPUReport(t *testing.T) {
 	comps := []Comparator{
 		{Name: "host", Group: "python", Role: RoleHost},
@@ -260,9 +261,9 @@ func TestCPUReport(t *testing.T) {
 	tally.report(out)
 	want := []struct {
 		cpu, sandbox float64 // -1: absent
-		vsRunc       float64
+		vsRunc       float64 // -1: absent (no runc run of its program)
 	}{
-		{20, -1, 0.33}, {60, 40, 1}, {70, 50, 1.17}, {30, -1, 0.5}, {50, 20, 0.83}, {10, -1, 0.17},
+		{20, -1, 0.33}, {60, 40, 1}, {70, 50, 1.17}, {30, -1, -1}, {50, 20, -1}, {10, -1, -1},
 	}
 	for i, w := range want {
 		o := out[i]
@@ -275,7 +276,10 @@ func TestCPUReport(t *testing.T) {
 		case w.sandbox >= 0 && (o.CPUSandboxMS == nil || *o.CPUSandboxMS != w.sandbox):
 			t.Errorf("%s: sandbox CPU %v, want %v", o.Name, o.CPUSandboxMS, w.sandbox)
 		}
-		if o.CPUVsRunc == nil || *o.CPUVsRunc != w.vsRunc {
+		switch {
+		case w.vsRunc < 0 && o.CPUVsRunc != nil:
+			t.Errorf("%s: CPU × runc %v, want none (its group has no runc run)", o.Name, *o.CPUVsRunc)
+		case w.vsRunc >= 0 && (o.CPUVsRunc == nil || *o.CPUVsRunc != w.vsRunc):
 			t.Errorf("%s: CPU × runc %v, want %v", o.Name, o.CPUVsRunc, w.vsRunc)
 		}
 	}

@@ -321,8 +321,9 @@ func (t *cpuTally) report(out []Throughput) {
 		return &v
 	}
 	perRun := func(d time.Duration, runs int) *float64 { return tenth(ms(d / time.Duration(runs))) }
-	var runcCPU float64
-	hostCPU := map[string]float64{} // by group
+	// By group: a ratio against another program's runs means nothing
+	// (the C group has no runc comparator; python's is not its).
+	runcCPU, hostCPU := map[string]float64{}, map[string]float64{}
 	for i, c := range t.comps {
 		runs := out[i].Runs
 		if runs == 0 || c.NoCPU {
@@ -339,7 +340,7 @@ func (t *cpuTally) report(out []Throughput) {
 		out[i].CPUContainerdMS = perRun(t.daemon[i], runs)
 		out[i].CPUCallerMS = perRun(t.self[i], runs)
 		if c.Role == RoleRunc {
-			runcCPU = *out[i].CPUMS
+			runcCPU[out[i].Group] = *out[i].CPUMS
 		}
 		if c.Role == RoleHost {
 			hostCPU[out[i].Group] = *out[i].CPUMS
@@ -349,7 +350,9 @@ func (t *cpuTally) report(out []Throughput) {
 		if out[i].CPUMS == nil {
 			continue
 		}
-		out[i].CPUVsRunc = ratio(*out[i].CPUMS, runcCPU)
+		if r, ok := runcCPU[out[i].Group]; ok {
+			out[i].CPUVsRunc = ratio(*out[i].CPUMS, r)
+		}
 		if h, ok := hostCPU[out[i].Group]; ok && c.Role != RoleHost {
 			out[i].CPUSandboxMS = tenth(*out[i].CPUMS - h)
 		}
