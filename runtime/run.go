@@ -173,9 +173,9 @@ func (r *Runtime) runCold(ctx context.Context, client *containerd.Client, img co
 }
 
 // initRun runs req in one sandbox under a shell as PID 1. A program that
-// needs compiling goes through the waiter, as in a pooled sandbox (compile,
-// then run, in the same sandbox); any other is the shell's child directly —
-// `python3 main.py` itself, without the waiter's start-up.
+// needs compiling goes through buildScript (compile, then run, in the same
+// sandbox, reporting as the waiter of a pooled sandbox does); any other is
+// the shell's child directly — `python3 main.py` itself.
 func (r *Runtime) initRun(ctx context.Context, c *containerd.Client, img containerd.Image, id, dir string, lang *LanguageSpec, req sandpit.Request, view sandpit.View, deadline time.Time, made *[]*sandbox) (*stepOutput, error) {
 	cwd := "/tmp"
 	var ws coci.SpecOpts
@@ -194,9 +194,8 @@ func (r *Runtime) initRun(ctx context.Context, c *containerd.Client, img contain
 		process := initProcess(cwd, "stdin", lang.runArgv(req)...)
 		stdin, opts = fixedStdin(deadlineLine(deadline), req.Stdin), r.initOpts(dir, process, ws)
 	} else {
-		var header []byte
-		mode, header = initRequest(lang, req, cwd)
-		stdin, opts = fixedStdin(deadlineLine(deadline), header, req.Stdin), r.initOpts(dir, coldWaiterProcess, ws)
+		mode = "build"
+		stdin, opts = fixedStdin(deadlineLine(deadline), req.Stdin), r.initOpts(dir, coldBuildProcess(cwd, lang, req), ws)
 		capBytes += markerBytes
 	}
 	t0 := time.Now()

@@ -1,7 +1,8 @@
-# sandpit's waiter. Every pooled run, and every cold run that compiles,
-# runs it under sandpit's init (PID 1, see init.go): a pooled sandbox ahead
-# of its request (argument "pool": it first reads the request's deadline
-# line and hands it to PID 1 on fd 4), a cold one with its request. It
+# sandpit's waiter. Every pooled run runs it under sandpit's init (PID 1,
+# see init.go), ahead of its request (argument "pool": it first reads the
+# request's deadline line and hands it to PID 1 on fd 4), and so does a
+# session, under its own init (session_init.go). (A cold run that compiles
+# runs init.go's buildScript, which reports as "build" mode does here.) It
 # blocks on stdin for one header line, acknowledges it, then becomes the
 # program:
 #   "exec":   os.execvp(argv) -- any language;
