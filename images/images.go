@@ -391,6 +391,13 @@ func Import(ctx context.Context, client *containerd.Client, r io.Reader, ref str
 	if len(imgs) == 0 {
 		return nil, fmt.Errorf("import archive: it holds no image for this platform: %w", ErrNotFound)
 	}
+	// Unpacked before any renaming, for the reason importEntry unpacks
+	// before it names the image.
+	for _, img := range imgs {
+		if err := containerd.NewImage(client, img).Unpack(ctx, DefaultSnapshotter); err != nil {
+			return nil, fmt.Errorf("unpack %s: %w", img.Name, err)
+		}
+	}
 	if ref != "" {
 		for _, img := range imgs[1:] {
 			if img.Target.Digest != imgs[0].Target.Digest {
@@ -412,9 +419,6 @@ func Import(ctx context.Context, client *containerd.Client, r io.Reader, ref str
 	}
 	var names []string
 	for _, img := range imgs {
-		if err := containerd.NewImage(client, img).Unpack(ctx, DefaultSnapshotter); err != nil {
-			return nil, fmt.Errorf("unpack %s: %w", img.Name, err)
-		}
 		names = append(names, img.Name)
 	}
 	return names, nil

@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/images/archive"
+	"github.com/containerd/containerd/leases"
 	"github.com/containerd/containerd/mount"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/opencontainers/image-spec/identity"
@@ -266,5 +267,70 @@ func TestIntegrationExtendedImageIsKept(t *testing.T) {
 	l := labels()
 	if *calls != 2 || l[LabelExtraPackages] != "more" || l[LabelBase] != newer.Key() || l[LabelRecipe] != newer.WithPackages("more").Key() {
 		t.Errorf("after a recipe change: bootstrap ran %d times, labels %v; want a rebuild that keeps the extra package", *calls, l)
+	}
+}
+
+// Replacing an image by one whose layers it shares (a recipe change that
+// leaves the rootfs as it was, as tinyBuilder's does) must keep the shared
+// snapshot while containerd's garbage collector runs: the image's name
+// moved to the new manifest before the new config held the snapshot, and a
+// collection in between took the snapshot away (CI caught it once, with
+// other tests' deletions running collections: "no snapshot for chain").
+// Here a goroutine forces collections back to back.
+func TestIntegrationReplaceUnderGC(t *testing.T) {
+	addr := testenv.Containerd(t)
+	client, err := containerd.New(addr, containerd.WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	ctx := namespaces.WithNamespace(t.Context(), testenv.Namespace)
+	const ref = "sandpit.local/test-tiny:gc"
+	Remove(ctx, client, ref)
+	t.Cleanup(func() { Remove(namespaces.WithNamespace(context.Background(), testenv.Namespace), client, ref) })
+	b, r, _ := tinyBuilder(t, client)
+	r.Ref = ref
+	other := r
+	other.Packages = append([]string{"extra"}, r.Packages...)
+
+	stop := make(chan struct{})
+	collected := make(chan int)
+	go func() {
+		n := 0
+		defer func() { collected <- n }()
+		ls := client.LeasesService()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			l, err := ls.Create(ctx, leases.WithRandomID())
+			if err != nil {
+				return
+			}
+			if ls.Delete(ctx, l, leases.SynchronousDelete) == nil { // runs a collection
+				n++
+			}
+		}
+	}()
+	var lost []int
+	for i := range 30 {
+		want := []Recipe{r, other}[i%2]
+		if err := b.Ensure(ctx, want); err != nil {
+			t.Fatalf("Ensure %d: %v", i, err)
+		}
+		img, err := client.GetImage(ctx, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := img.IsUnpacked(ctx, DefaultSnapshotter); err != nil || !ok {
+			lost = append(lost, i)
+		}
+	}
+	close(stop)
+	t.Logf("%d garbage collections ran during 30 replacements", <-collected)
+	if len(lost) > 0 {
+		t.Errorf("the image was not unpacked after replacements %v of 30: its snapshot was collected", lost)
 	}
 }

@@ -168,15 +168,20 @@ func importEntry(ctx context.Context, client *containerd.Client, r Recipe, e ent
 		return fmt.Errorf("import %s: manifest: %w", r.Ref, err)
 	}
 
-	img, err := storeImage(ctx, client, cimages.Image{Name: r.Ref, Target: manifestDesc})
-	if err != nil {
-		return fmt.Errorf("import %s: %w", r.Ref, err)
-	}
+	// Unpack before the name moves: unpacking labels the new config with
+	// the snapshot, and the config is this lease's until the image holds
+	// it. Moved first, the old image's config — until then the only
+	// holder of a snapshot the two share — became garbage, and a
+	// collection before the label took the snapshot (TestIntegrationReplaceUnderGC).
+	img := cimages.Image{Name: r.Ref, Target: manifestDesc}
 	start = time.Now()
 	if err := containerd.NewImage(client, img).Unpack(ctx, snapshotter); err != nil {
 		return fmt.Errorf("unpack %s into %s: %w", r.Ref, snapshotter, err)
 	}
 	log.Debug("image unpacked", "ref", r.Ref, "snapshotter", snapshotter, "took", time.Since(start))
+	if _, err := storeImage(ctx, client, img); err != nil {
+		return fmt.Errorf("import %s: %w", r.Ref, err)
+	}
 	return nil
 }
 
