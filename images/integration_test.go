@@ -60,6 +60,23 @@ func tinyBuilder(t *testing.T, client *containerd.Client) (*Builder, Recipe, *in
 	return b, r, &calls
 }
 
+// tinyImage is tinyBuilder for ref, with a client of the test containerd
+// and ref removed before (an earlier, killed run's) and after the test.
+func tinyImage(t *testing.T, ref string) (context.Context, *containerd.Client, *Builder, Recipe, *int) {
+	t.Helper()
+	client, err := containerd.New(testenv.Containerd(t), containerd.WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() }) // registered first, so it runs after the removal below
+	ctx := namespaces.WithNamespace(t.Context(), testenv.Namespace)
+	b, r, calls := tinyBuilder(t, client)
+	r.Ref = ref
+	Remove(ctx, client, ref)
+	t.Cleanup(func() { Remove(namespaces.WithNamespace(context.Background(), testenv.Namespace), client, ref) })
+	return ctx, client, b, r, calls
+}
+
 func TestIntegrationBuildImportRemove(t *testing.T) {
 	addr := testenv.Containerd(t)
 	client, err := containerd.New(addr, containerd.WithTimeout(10*time.Second))
@@ -222,17 +239,7 @@ func checkImage(t *testing.T, ctx context.Context, client *containerd.Client, re
 // An image extended with `images build --packages` is kept by Ensure, and
 // rebuilt with its extra packages when its recipe changes.
 func TestIntegrationExtendedImageIsKept(t *testing.T) {
-	addr := testenv.Containerd(t)
-	client, err := containerd.New(addr, containerd.WithTimeout(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
-	ctx := namespaces.WithNamespace(t.Context(), testenv.Namespace)
-	b, r, calls := tinyBuilder(t, client)
-	r.Ref = "sandpit.local/test-tiny:extended"
-	Remove(ctx, client, r.Ref)
-	t.Cleanup(func() { Remove(namespaces.WithNamespace(context.Background(), testenv.Namespace), client, r.Ref) })
+	ctx, client, b, r, calls := tinyImage(t, "sandpit.local/test-tiny:extended")
 	labels := func() map[string]string {
 		t.Helper()
 		img, err := client.GetImage(ctx, r.Ref)
@@ -278,18 +285,8 @@ func TestIntegrationExtendedImageIsKept(t *testing.T) {
 // other tests' deletions running collections: "no snapshot for chain").
 // Here a goroutine forces collections back to back.
 func TestIntegrationReplaceUnderGC(t *testing.T) {
-	addr := testenv.Containerd(t)
-	client, err := containerd.New(addr, containerd.WithTimeout(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
-	ctx := namespaces.WithNamespace(t.Context(), testenv.Namespace)
-	const ref = "sandpit.local/test-tiny:gc"
-	Remove(ctx, client, ref)
-	t.Cleanup(func() { Remove(namespaces.WithNamespace(context.Background(), testenv.Namespace), client, ref) })
-	b, r, _ := tinyBuilder(t, client)
-	r.Ref = ref
+	ctx, client, b, r, _ := tinyImage(t, "sandpit.local/test-tiny:gc")
+	ref := r.Ref
 	other := r
 	other.Packages = append([]string{"extra"}, r.Packages...)
 
