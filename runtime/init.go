@@ -132,8 +132,9 @@ var waiterProcess = initProcess("/tmp", "pool", "python3", "-c", waiterPy, "pool
 // cold compile's ~100) for a request that is known when the sandbox is
 // made. Its arguments: the compiler's argv, "--", the program's argv. The
 // compiler's messages are kept only when it fails, as the waiter keeps
-// them. (exec gives back the level this shell added to SHLVL: the program
-// sees the environment a pooled sandbox's gets.)
+// them. (exec gives back the level this shell added to SHLVL, so the
+// program's SHLVL is a pooled one's; only "_", which bash sets to the
+// command it runs, differs.)
 const buildScript = `printf '\0sandpit:started\n'
 n=1
 for a; do [ "$a" = -- ] && break; n=$((n + 1)); done
