@@ -416,33 +416,3 @@ func TestCancelDuringCreate(t *testing.T) {
 	r.Settle()
 	assertNothingLeft(t, cfg.Address, cfg.Instance)
 }
-
-// A sandbox whose exit was received is removed with the two containerd
-// calls that do it (deleteExited), cold or pooled; nothing is left
-// (newRuntime's clean-up checks containerd).
-func TestExitedSandboxesDeletedDirectly(t *testing.T) {
-	for _, tt := range []struct {
-		name string
-		mod  func(*runtime.Config)
-	}{
-		{"cold", func(*runtime.Config) {}},
-		{"pooled", withPool(1, time.Minute)},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			r := newRuntime(t, tt.mod)
-			const runs = 3
-			for range runs {
-				if res := run(t, r, sandpit.Request{Language: "python", Code: "print(1)"}); res.Status != sandpit.StatusSuccess {
-					t.Fatalf("run: %+v", res)
-				}
-			}
-			// Removal happens after each result, off the request path.
-			for deadline := time.Now().Add(10 * time.Second); r.DirectDeletes() < runs && time.Now().Before(deadline); {
-				time.Sleep(20 * time.Millisecond)
-			}
-			if got := r.DirectDeletes(); got != runs {
-				t.Errorf("%d of %d exited sandboxes removed directly", got, runs)
-			}
-		})
-	}
-}

@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/containerd/containerd"
@@ -176,9 +175,6 @@ type Runtime struct {
 	cgroupMode host.CgroupMode
 	rootMu     sync.Mutex            // guards roots; held while a root is made
 	roots      map[string]sharedRoot // by image name: the shared roots (rootfs.go)
-
-	// directDeletes counts sandboxes deleteExited removed (tests read it).
-	directDeletes atomic.Int64
 }
 
 // New validates the configuration. It does not connect: containerd may come

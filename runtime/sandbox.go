@@ -7,12 +7,10 @@ import (
 	"io"
 	"os"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/containerd/containerd"
-	"github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/leases"
@@ -34,7 +32,6 @@ type sandbox struct {
 	// closed, so nothing but await may receive from it.
 	done     chan struct{}
 	doneOnce sync.Once
-	exited   atomic.Bool // await received its exit status: the task is stopped
 	stdin    *stdinFeed
 	stdout   *cappedBuffer
 	stderr   *cappedBuffer
@@ -242,7 +239,6 @@ func (r *Runtime) await(ctx context.Context, sb *sandbox, deadline time.Time) (*
 	if err := st.Error(); err != nil {
 		return nil, fmt.Errorf("wait sandbox task: %w", shimLost(sb.shim, err))
 	}
-	sb.exited.Store(true)
 	// The shim closes the output FIFOs once the process's pipes are
 	// drained; wait for our copiers so the buffers are complete. Bounded:
 	// a grandchild that escaped the pid namespace teardown cannot exist, but
@@ -278,9 +274,6 @@ func (r *Runtime) await(ctx context.Context, sb *sandbox, deadline time.Time) (*
 func (r *Runtime) destroy(ctx context.Context, sb *sandbox) {
 	sb.finish()
 	sb.stdin.abort()
-	if sb.exited.Load() && r.deleteExited(ctx, sb) == nil {
-		return
-	}
 	var failed error
 	if sb.task != nil {
 		if _, err := sb.task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
@@ -304,31 +297,6 @@ func (r *Runtime) destroy(ctx context.Context, sb *sandbox) {
 	// The client it was made with is gone (containerd restarted): remove it
 	// by id through the current one, once containerd answers again.
 	r.removeByID(ctx, sb.id)
-}
-
-// deleteExited removes a sandbox whose exit await received with the two
-// calls that do the work. containerd's client wraps them in five more — a
-// wait, a kill and a state query for the task, a task lookup and a record
-// read for the container — that ask containerd, and three of them the shim
-// through it, what await already knows. An error leaves the rest to
-// destroy's general path.
-func (r *Runtime) deleteExited(ctx context.Context, sb *sandbox) error {
-	c, err := r.connect(ctx)
-	if err != nil {
-		return err
-	}
-	if _, err := c.TaskService().Delete(ctx, &tasks.DeleteTaskRequest{ContainerID: sb.id}); err != nil {
-		if err = errdefs.FromGRPC(err); !errdefs.IsNotFound(err) {
-			return err
-		}
-	}
-	// The copiers finished in await; this closes the FIFOs.
-	sb.task.IO().Close()
-	if err := c.ContainerService().Delete(ctx, sb.id); err != nil && !errdefs.IsNotFound(err) {
-		return err
-	}
-	r.directDeletes.Add(1)
-	return nil
 }
 
 // removeByID removes a sandbox through the current client, retrying while
