@@ -39,6 +39,12 @@ func (d *PrivateDaemon) defaults() {
 	}
 }
 
+// StateDir is the daemon's state: a bundle, FIFOs and a task socket per task.
+func (d PrivateDaemon) StateDir() string {
+	d.defaults()
+	return filepath.Join(d.Dir, "state")
+}
+
 // Address is the private daemon's gRPC socket.
 func (d PrivateDaemon) Address() string {
 	d.defaults()
@@ -104,6 +110,10 @@ func (d PrivateDaemon) Start(ctx context.Context, log *slog.Logger) error {
 	if os.Geteuid() != 0 {
 		return sandpit.WithHint(fmt.Errorf("starting a private containerd needs root: %w", ErrUnavailable), "run as root, or see `sandpit doctor` for rootless mode")
 	}
+	// Its state dir only: the log and config stay where they were, on disk.
+	if _, err := StateOnTmpfs(d.StateDir(), log); err != nil {
+		log.Warn("private containerd: its state stays on disk", "dir", d.StateDir(), "err", err)
+	}
 	for _, dir := range []string{d.Dir, d.Root} {
 		if err := os.MkdirAll(dir, 0o711); err != nil {
 			return err
@@ -163,7 +173,7 @@ func (d PrivateDaemon) Config() string {
 	return strings.Join([]string{
 		`version = 2`,
 		`root = ` + q(filepath.Join(d.Root, "root")),
-		`state = ` + q(filepath.Join(d.Dir, "state")),
+		`state = ` + q(d.StateDir()),
 		`disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.monitor.v1.cgroups", "io.containerd.internal.v1.restart"]`,
 		``,
 		`[grpc]`,

@@ -140,6 +140,14 @@ func newRuntime(c *cli.Context, in *instance.Instance) (*runtime.Runtime, error)
 	return runtime.New(cfg)
 }
 
+// stateOnTmpfs puts the state dir on a tmpfs where /run is on disk (see
+// runtime.StateOnTmpfs); failing that, sandpit runs as it is, slower.
+func stateOnTmpfs(c *cli.Context) {
+	if _, err := runtime.StateOnTmpfs(c.String("state-dir"), slog.Default()); err != nil {
+		slog.Warn("the state dir stays on disk", "dir", c.String("state-dir"), "err", err)
+	}
+}
+
 // instanceRoot holds every instance's state and lock.
 func instanceRoot(c *cli.Context) string { return filepath.Join(c.String("state-dir"), "instances") }
 
@@ -148,6 +156,7 @@ func instanceRoot(c *cli.Context) string { return filepath.Join(c.String("state-
 // scripts/serve.sh each get their own, and never touch each other's
 // sandboxes.
 func acquireInstance(c *cli.Context) (*instance.Instance, error) {
+	stateOnTmpfs(c)
 	root := instanceRoot(c)
 	if name := c.String("instance"); name != "" {
 		in, err := instance.Acquire(root, name)
