@@ -10,38 +10,19 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandpit-dev/sandpit/internal/host"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
 // TestStateOnTmpfs checks when a state dir gets a tmpfs of its own: only
 // under /run, only on disk, only empty and not a mount point, and once
-// however many callers race. /run on disk is simulated by binding a dir of
-// /var/tmp under /run.
+// however many callers race. testenv.RunOnDisk stands for /run on disk.
 func TestStateOnTmpfs(t *testing.T) {
-	if os.Geteuid() != 0 || host.IsRootless() {
-		t.Skip("mounting needs real root (CI runs as root)")
-	}
-	disk, err := os.MkdirTemp("/var/tmp", "sandpit-statefs-")
+	run := testenv.RunOnDisk(t)
+	disk, err := os.MkdirTemp("/var/tmp", "sandpit-statefs-") // on disk: RunOnDisk checked
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(disk) })
-	if tmp, err := host.OnTmpfs(disk); err != nil || tmp {
-		t.Skipf("/var/tmp is not on disk here (tmpfs %v, %v): nothing to simulate /run on disk with", tmp, err)
-	}
-	run, err := os.MkdirTemp("/run", "sandpit-statefs-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount(disk, run, "", unix.MS_BIND, ""); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, mp := range mountsAt(t, run) {
-			unix.Unmount(mp, unix.MNT_DETACH)
-		}
-		unix.Unmount(run, unix.MNT_DETACH)
-		os.RemoveAll(run)
-	})
 	log := slog.New(slog.DiscardHandler)
 
 	tests := []struct {
@@ -68,7 +49,7 @@ func TestStateOnTmpfs(t *testing.T) {
 			}
 		}, false},
 		{"a mount point already", filepath.Join(run, "bound"), func(t *testing.T, dir string) {
-			src := filepath.Join(disk, "bound-src")
+			src := filepath.Join(run, "bound-src")
 			mkdir(t, src)
 			mkdir(t, dir)
 			if err := unix.Mount(src, dir, "", unix.MS_BIND, ""); err != nil {

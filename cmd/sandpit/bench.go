@@ -71,7 +71,7 @@ func runBench(c *cli.Context) error {
 	}
 	// Labels and dirs of this bench alone: two benches on one host (or one
 	// beside a test) must never sweep each other's sandboxes.
-	stateOnTmpfs(c) // where serve's would be: the bench measures what serve runs on
+	stateOnTmpfs(c) // as serve's: its servers' and runc's dirs are made under it
 	prefix := fmt.Sprintf("bench-%d", os.Getpid())
 	if c.IsSet("instance") {
 		prefix = c.String("instance")

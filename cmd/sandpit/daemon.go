@@ -140,9 +140,14 @@ func newRuntime(c *cli.Context, in *instance.Instance) (*runtime.Runtime, error)
 	return runtime.New(cfg)
 }
 
-// stateOnTmpfs puts the state dir on a tmpfs where /run is on disk (see
-// runtime.StateOnTmpfs); failing that, sandpit runs as it is, slower.
+// stateOnTmpfs puts the default state dir on a tmpfs where /run is on disk
+// (see runtime.StateOnTmpfs); failing that, sandpit runs as it is, slower.
+// A state dir given with --state-dir is used as it is: its owner (a test, the
+// bench's servers) may remove it, which a mount of sandpit's would prevent.
 func stateOnTmpfs(c *cli.Context) {
+	if c.IsSet("state-dir") {
+		return
+	}
 	if _, err := runtime.StateOnTmpfs(c.String("state-dir"), slog.Default()); err != nil {
 		slog.Warn("the state dir stays on disk", "dir", c.String("state-dir"), "err", err)
 	}

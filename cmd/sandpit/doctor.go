@@ -175,7 +175,7 @@ func checkStateDirs(d *doctorEnv) []check {
 			ch.ok, ch.info = false, err.Error()
 		case !onTmpfs:
 			ch.ok, ch.info = false, dir+" is on disk: every sandbox's files and FIFOs cost more CPU there (≈ 17 % of a run on ext4)"
-			ch.fix = "stop sandpit and containerd, empty the dir and start again (sandpit then mounts a tmpfs on it), or mount one yourself"
+			ch.fix = "stop sandpit and containerd, empty the dir and start again (sandpit then mounts a tmpfs on its default state dir and on its private containerd's), or mount one yourself"
 		}
 		out = append(out, ch)
 	}
