@@ -33,6 +33,13 @@ const (
 	// DefaultMaxTimeout the longest a caller may ask for unless configured.
 	DefaultTimeout    = 10 * time.Second
 	DefaultMaxTimeout = 60 * time.Second
+
+	// InitAnnotation marks a sandbox whose process is sandpit's init script
+	// (runtime/init.go) in the mode it names. sandpit's shim runs the
+	// script's "stdin" mode as the built-in init of its seccomp loader
+	// (cmd/containerd-shim-sandpit-v1/init.go); other runtimes run the
+	// script.
+	InitAnnotation = "org.sandpit.init"
 )
 
 // Mountpoints are the bind targets the runtime uses in every sandbox. runc

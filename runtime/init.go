@@ -119,7 +119,10 @@ const initGrace = 2 * time.Second
 // initProcess is PID 1 running argv under initScript, in mode "stdin" (a
 // cold sandbox: PID 1 reads the deadline line) or "pool".
 func initProcess(cwd, mode string, argv ...string) coci.SpecOpts {
-	return oci.WithProcess(cwd, append([]string{"/bin/bash", "-c", initScript, "sandpit-init", mode}, argv...)...)
+	return coci.Compose(
+		oci.WithProcess(cwd, append([]string{"/bin/bash", "-c", initScript, "sandpit-init", mode}, argv...)...),
+		coci.WithAnnotations(map[string]string{sandpit.InitAnnotation: mode}),
+	)
 }
 
 // waiterProcess is the first process of a pooled sandbox: waiter.py,

@@ -213,3 +213,66 @@ func children(pid int) []int {
 	}
 	return out
 }
+
+// A cold run under sandpit's shim has the seccomp loader as its PID 1
+// (shim.goInit): seen from the host, that process carries the filter and
+// no_new_privs, holds only its stdio, the liveness FIFO and the Go
+// runtime's poller, and is the program's parent. The program cannot see
+// any of it (PID 1 is not dumpable: TestAttackEscapeCVEs/leaked_fds), so
+// this is checked from outside.
+func TestColdInitIsTheLoader(t *testing.T) {
+	r := newRuntime(t, withShim(t))
+	done := make(chan *sandpit.Result, 1)
+	go func() {
+		done <- run(t, r, sandpit.Request{Language: "python", Code: `import time
+open("/proc/self/comm", "w").write("sp-goinit-prog")
+time.sleep(2)
+print("done")`})
+	}()
+	testenv.WaitProcessNamed(t, "sp-goinit-prog")
+	var inits []int
+	for _, shim := range shimPids(t, r.Config().StateDir) {
+		for _, pid := range children(shim) {
+			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if strings.HasPrefix(string(cmd), "/proc/self/fd/3\x00seccomp-exec\x00--init\x00python3\x00") {
+				inits = append(inits, pid)
+			}
+		}
+	}
+	if len(inits) != 1 {
+		t.Fatalf("loader inits among the shim's children: %v, want one", inits)
+	}
+	pid := inits[0]
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"NoNewPrivs:\t1", "Seccomp:\t2"} {
+		if !strings.Contains(string(status), want+"\n") {
+			t.Errorf("PID 1's status lacks %q", want)
+		}
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		link, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		switch {
+		case (fd.Name() == "0" || fd.Name() == "1" || fd.Name() == "2") && strings.HasPrefix(link, "pipe:"),
+			link == sandpit.SourceDir+"/alive",
+			link == "anon_inode:[eventpoll]", link == "anon_inode:[eventfd]":
+		default:
+			t.Errorf("PID 1 holds fd %s -> %s", fd.Name(), link)
+		}
+	}
+	if !slices.ContainsFunc(children(pid), func(c int) bool {
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", c))
+		return strings.TrimSpace(string(comm)) == "sp-goinit-prog"
+	}) {
+		t.Error("the program is not PID 1's child")
+	}
+	if res := <-done; res.Status != sandpit.StatusSuccess || res.Stdout != "done\n" {
+		t.Errorf("run: %+v", res)
+	}
+}

@@ -52,13 +52,19 @@ func seccompExec(argv []string) int {
 	if nnp, _, e := syscall.RawSyscall6(syscall.SYS_PRCTL, prGetNoNewPrivs, 0, 0, 0, 0, 0); e != 0 || nnp != 1 {
 		return fail(errors.New("no_new_privs is not set"))
 	}
-	path, err := exec.LookPath(argv[0])
-	if err != nil {
-		return fail(err)
+	initMode := argv[0] == initFlag
+	var path string
+	if !initMode {
+		if path, err = exec.LookPath(argv[0]); err != nil {
+			return fail(err)
+		}
 	}
 	fprog := sockFprog{len: uint16(len(prog)), filter: &prog[0]}
 	if _, _, e := syscall.RawSyscall(sysSeccomp, seccompSetModeFilter, uintptr(flags|seccompFilterFlagTSYNC), uintptr(unsafe.Pointer(&fprog))); e != 0 {
 		return fail(fmt.Errorf("load seccomp filter: %w", e))
+	}
+	if initMode {
+		return sandpitInit(argv[1:])
 	}
 	return fail(syscall.Exec(path, argv, os.Environ()))
 }

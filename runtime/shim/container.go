@@ -105,6 +105,7 @@ func create(stateRoot string, flt *filters, log *slog.Logger, r *taskAPI.CreateT
 		// libcontainer compiles the profile itself, as runc would.
 		log.Warn("seccomp profile not precompiled; compiling it per sandbox", "err", err)
 	}
+	proc.Args = goInit(proc.Args, spec.Annotations)
 	if err := ctr.openStdio(proc); err != nil {
 		return nil, err
 	}

@@ -25,6 +25,8 @@ import (
 	"github.com/opencontainers/runc/libcontainer/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // Seccomp, compiled once. libcontainer compiles a sandbox's profile with
@@ -135,7 +137,7 @@ func (f *filters) apply(cfg *configs.Config, p *libcontainer.Process, noNewPrivs
 		return err
 	}
 	cfg.Seccomp = nil
-	p.Args = append([]string{"/proc/self/fd/3", "seccomp-exec"}, p.Args...)
+	p.Args = append([]string{loaderPath, loaderMode}, p.Args...)
 	p.ExtraFiles = []*os.File{f.loader, prog} // fds 3 and 4
 	if f.init != nil {
 		// InitFD; the loader closes it with the other two.
@@ -143,6 +145,29 @@ func (f *filters) apply(cfg *configs.Config, p *libcontainer.Process, noNewPrivs
 	}
 	return nil
 }
+
+// goInit replaces sandpit's bash init in its "stdin" mode (a cold run; the
+// runtime says so with sandpit.InitAnnotation) by the loader's built-in
+// equivalent: the loader is a Go program already running as PID 1, so the
+// sandbox skips bash's start-up and its timer's fork. Only on the loader
+// path (apply rewrote args) and only for exactly the script's argument
+// shape; anything else runs as given.
+func goInit(args []string, annotations map[string]string) []string {
+	if annotations[sandpit.InitAnnotation] != "stdin" || len(args) < 8 ||
+		args[0] != loaderPath || args[1] != loaderMode ||
+		args[2] != "/bin/bash" || args[3] != "-c" || args[5] != "sandpit-init" || args[6] != "stdin" {
+		return args
+	}
+	return append([]string{loaderPath, loaderMode, loaderInitFlag}, args[7:]...)
+}
+
+// How apply starts the loader, and the flag that makes it the init
+// (cmd/containerd-shim-sandpit-v1: seccompExecMode, initFlag).
+const (
+	loaderPath     = "/proc/self/fd/3"
+	loaderMode     = "seccomp-exec"
+	loaderInitFlag = "--init"
+)
 
 // The seccomp(2) flags runc passes for a profile's flags (patchbpf's
 // filterFlags): TSYNC is implied (runc ignores it; the loader uses it).
