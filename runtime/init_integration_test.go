@@ -93,3 +93,43 @@ print("zombies", z)`
 		t.Errorf("no warm run was served from the pool: %+v", st)
 	}
 }
+
+// The environment a program gets is the same cold and pooled. Under
+// sandpit's shim the two go through different inits (the loader's built-in
+// one, and the script with the waiter), whose environment rules must agree.
+func TestInitEnvironmentSame(t *testing.T) {
+	cold := newRuntime(t)
+	warm := newRuntime(t, withPool(1, time.Minute))
+	for _, req := range []sandpit.Request{
+		{Language: "python", Code: "import os\nfor k, v in sorted(os.environ.items()): print(k, v)"},
+		{Language: "bash", Code: "env | LC_ALL=C sort"},
+		{Language: "c", Code: "#include <stdio.h>\nextern char **environ;\nint main(void) { for (char **e = environ; *e; e++) puts(*e); return 0; }"},
+	} {
+		t.Run(req.Language, func(t *testing.T) {
+			waitReady(t, warm, req.Language, 1)
+			c, w := run(t, cold, req), run(t, warm, req)
+			if c.Status != sandpit.StatusSuccess || w.Status != sandpit.StatusSuccess {
+				t.Fatalf("cold %s %q, warm %s %q", c.Status, c.Stderr, w.Status, w.Stderr)
+			}
+			cs, ws := c.Stdout, w.Stdout
+			if req.Language == "c" {
+				// Known: a compiled program run by the cold build step has no
+				// "_", a pooled one the waiter's (runtime.buildScript).
+				cs, ws = dropLine(cs, "_="), dropLine(ws, "_=")
+			}
+			if cs != ws {
+				t.Errorf("environment differs:\ncold:\n%s\nwarm:\n%s", c.Stdout, w.Stdout)
+			}
+		})
+	}
+}
+
+func dropLine(s, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
