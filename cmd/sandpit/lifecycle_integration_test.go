@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -202,10 +203,12 @@ func waitRunning(t *testing.T, addr, instance string) {
 
 // runningTasks counts instance's sandboxes that run a program: an idle
 // pooled sandbox has two processes (the init and the waiter), one that runs
-// a request three or more (the init, the program, the init's timer). It
-// tells that a program started, not that one ended: the count dips for a
-// moment every second, when the init's timer ends and the next starts;
-// liveTasks tells when a sandbox is gone.
+// a request under the init script three or more (the init, the program, the
+// init's timer); a cold one under sandpit's shim two, of which one is the
+// loader's built-in init (no timer process). It tells that a program
+// started, not that one ended: under the script the count dips for a moment
+// every second, when the init's timer ends and the next starts; liveTasks
+// tells when a sandbox is gone.
 func runningTasks(t *testing.T, addr, instance string) int {
 	t.Helper()
 	c, ctx := containerdClient(t, addr)
@@ -224,7 +227,14 @@ func runningTasks(t *testing.T, addr, instance string) int {
 		if err != nil || st.Status != containerd.Running {
 			continue
 		}
-		if pids, err := task.Pids(ctx); err == nil && len(pids) >= 3 {
+		pids, err := task.Pids(ctx)
+		if err != nil {
+			continue
+		}
+		if len(pids) >= 3 || len(pids) == 2 && slices.ContainsFunc(pids, func(p containerd.ProcessInfo) bool {
+			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.Pid))
+			return strings.HasPrefix(string(cmd), "/proc/self/fd/3\x00seccomp-exec\x00--init\x00")
+		}) {
 			n++
 		}
 	}
