@@ -71,6 +71,13 @@ func (c *Config) CheckShim() error {
 	return nil
 }
 
+// ShimInit is where sandpit-shim-init is in the shim dir, and whether it is
+// there (without it each sandbox's init runs from sandpit-shim itself).
+func (c *Config) ShimInit() (string, bool) {
+	p := filepath.Join(c.ShimDir, ShimInitBinary)
+	return p, isExecutable(p)
+}
+
 // isExecutable reports whether path is a file someone may execute.
 func isExecutable(path string) bool {
 	fi, err := os.Stat(path)
@@ -180,7 +187,7 @@ func (r *Runtime) startShim() (_ *shimProc, retErr error) {
 		"-root", root,
 		"-seccomp-loader", filepath.Join(r.cfg.ShimDir, ShimRuntimeBinary),
 	}
-	if p := filepath.Join(r.cfg.ShimDir, ShimInitBinary); isExecutable(p) {
+	if p, ok := r.cfg.ShimInit(); ok {
 		args = append(args, "-init", p)
 	} else {
 		r.log.Warn("each sandbox's init runs from sandpit-shim itself, ≈ 1.5 ms slower to create: "+ShimInitBinary+" is not in the shim dir (scripts/build.sh builds it)", "shim_dir", r.cfg.ShimDir)

@@ -141,8 +141,8 @@ func checkBinaries(d *doctorEnv) []check {
 		}
 		out = append(out, ch)
 		if ch.ok {
-			init := filepath.Join(cfg.ShimDir, runtime.ShimInitBinary)
-			ich := check{name: "sandpit shim init", ok: isExecutableFile(init), warn: true, info: init}
+			init, ok := cfg.ShimInit()
+			ich := check{name: "sandpit shim init", ok: ok, warn: true, info: init}
 			if !ich.ok {
 				ich.info = init + " is missing: each sandbox's init runs from sandpit-shim itself, ≈ 1.5 ms slower to create"
 				ich.fix = "scripts/build.sh builds it beside sandpit-shim"
@@ -151,11 +151,6 @@ func checkBinaries(d *doctorEnv) []check {
 		}
 	}
 	return out
-}
-
-func isExecutableFile(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }
 
 // checkStateDirs warns when the dirs where every sandbox's files and FIFOs
