@@ -325,7 +325,7 @@ func runOK(t *testing.T, srv *serveProc, code string) {
 	select {
 	case res := <-ch:
 		if r := runResult(t, res); r.Status != "success" {
-			t.Fatalf("run: status %s, stderr %q", r.Status, r.Stderr)
+			t.Fatalf("run: %+v", r)
 		}
 	case <-time.After(90 * time.Second):
 		t.Fatal("run_code did not answer")
