@@ -42,12 +42,18 @@ type service struct {
 	mu         sync.Mutex
 	containers map[string]*container
 	closing    bool // killAll began: no container may be added
+	// made holds every container id this shim began to create. The state
+	// root is shared with the next shim of the same instance (a restarted
+	// server starts one while this one may still be exiting): at exit this
+	// one destroys only what it made.
+	made map[string]bool
 }
 
 var _ taskAPI.TaskService = (*service)(nil)
 
 func newService(ctx context.Context, root string, publisher cshim.Publisher, flt *filters, log *slog.Logger) *service {
-	return &service{ctx: context.WithoutCancel(ctx), root: root, publisher: publisher, filters: flt, log: log, containers: map[string]*container{}}
+	return &service{ctx: context.WithoutCancel(ctx), root: root, publisher: publisher, filters: flt, log: log,
+		containers: map[string]*container{}, made: map[string]bool{}}
 }
 
 var empty = &ptypes.Empty{}
@@ -93,6 +99,7 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		return nil, errdefs.ToGRPCf(errdefs.ErrAlreadyExists, "container %s", r.ID)
 	}
 	s.containers[r.ID] = placeholder
+	s.made[r.ID] = true
 	s.mu.Unlock()
 
 	c, err := create(s.root, s.filters, s.log, r)
@@ -386,11 +393,18 @@ func (s *service) killAll(ctx context.Context) {
 	}
 }
 
+// madeHere reports whether this shim began to create container id.
+func (s *service) madeHere(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.made[id]
+}
+
 // destroyLeftovers destroys every container a dead shim left in the state
-// root: their processes are killed, cgroups, state and rootfs mounts
-// removed. containerd forgot their tasks when that shim's connections
-// broke.
-func destroyLeftovers(root string, log *slog.Logger) error {
+// root, or those of them mine accepts (nil: all): their processes are
+// killed, cgroups, state and rootfs mounts removed. containerd forgot their
+// tasks when that shim's connections broke.
+func destroyLeftovers(root string, mine func(id string) bool, log *slog.Logger) error {
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -404,6 +418,9 @@ func destroyLeftovers(root string, log *slog.Logger) error {
 			continue
 		}
 		id := e.Name()
+		if mine != nil && !mine(id) {
+			continue
+		}
 		c, err := libcontainer.Load(root, id)
 		if err != nil {
 			log.Warn("leftover container state unreadable; removing it", "id", id, "err", err)

@@ -75,7 +75,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		return err
 	}
-	if err := destroyLeftovers(state, log); err != nil {
+	if err := destroyLeftovers(state, nil, log); err != nil {
 		log.Warn("leftovers of a dead shim not all destroyed", "err", err)
 	}
 
@@ -117,10 +117,11 @@ func Serve(ctx context.Context, cfg Config) error {
 		}
 	}
 	svc.killAll(context.WithoutCancel(ctx))
-	// Whatever still has state on disk (a create killAll could not wait
-	// for) goes the way a dead shim's leftovers go: an init parked on its
-	// exec FIFO watches nothing and would outlive us.
-	if err := destroyLeftovers(state, log); err != nil {
+	// Whatever of ours still has state on disk (a create killAll could not
+	// wait for) goes the way a dead shim's leftovers go: an init parked on
+	// its exec FIFO watches nothing and would outlive us. Only ours: the
+	// next shim of this instance may already be serving from this root.
+	if err := destroyLeftovers(state, svc.madeHere, log); err != nil {
 		log.Warn("containers left at exit not all destroyed", "err", err)
 	}
 	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
