@@ -105,6 +105,22 @@ func (r *costRig) container(b *testing.B, id string, args ...string) containerd.
 	return ctr
 }
 
+// runToEnd starts a created task or exec, waits for its exit and deletes
+// it: the same calls for both, so only what containerd does differs.
+func (r *costRig) runToEnd(b *testing.B, p containerd.Process) {
+	st, err := p.Wait(r.ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := p.Start(r.ctx); err != nil {
+		b.Fatal(err)
+	}
+	<-st
+	if _, err := p.Delete(r.ctx); err != nil {
+		b.Fatal(err)
+	}
+}
+
 func (r *costRig) report(b *testing.B, own0, kids0 time.Duration) {
 	own, kids := containerdCPU(b, r.pid)
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(b.N) }
@@ -121,17 +137,7 @@ func BenchmarkContainerdCPUPerTask(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		st, err := task.Wait(r.ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := task.Start(r.ctx); err != nil {
-			b.Fatal(err)
-		}
-		<-st
-		if _, err := task.Delete(r.ctx); err != nil {
-			b.Fatal(err)
-		}
+		r.runToEnd(b, task)
 		if err := ctr.Delete(r.ctx); err != nil {
 			b.Fatal(err)
 		}
@@ -161,17 +167,7 @@ func BenchmarkContainerdCPUPerExec(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		st, err := p.Wait(r.ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := p.Start(r.ctx); err != nil {
-			b.Fatal(err)
-		}
-		<-st
-		if _, err := p.Delete(r.ctx); err != nil {
-			b.Fatal(err)
-		}
+		r.runToEnd(b, p)
 	}
 	r.report(b, own0, kids0)
 }
