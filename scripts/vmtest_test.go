@@ -17,8 +17,9 @@ import (
 	"testing"
 )
 
-// vmStubs writes the stand-ins into a new directory and returns it.
-func vmStubs(t *testing.T, bash string) string {
+// vmStubs writes the stand-ins into a new directory and returns it; with
+// realMkfs, the host's mkfs.ext4 is used instead of its stand-in.
+func vmStubs(t *testing.T, bash string, realMkfs bool) string {
 	t.Helper()
 	dir := t.TempDir()
 	stubs := map[string]string{
@@ -46,6 +47,9 @@ echo "I: Base system installed successfully."
 		// Root, as the build requires, whoever runs the test.
 		"id": "echo 0\n",
 	}
+	if realMkfs {
+		delete(stubs, "mkfs.ext4")
+	}
 	for name, body := range stubs {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!"+bash+"\n"+body), 0o755); err != nil {
 			t.Fatal(err)
@@ -59,19 +63,36 @@ func TestVMGuestBuildPrintsOnlyItsDirectory(t *testing.T) {
 	if err != nil {
 		t.Skip("bash not found")
 	}
-	stubs := vmStubs(t, bash)
+	for _, mkfs := range []string{"stand-in mkfs.ext4", "real mkfs.ext4"} {
+		t.Run(mkfs, func(t *testing.T) {
+			real := mkfs == "real mkfs.ext4"
+			if real {
+				if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+					// /sbin is not on every PATH.
+					if _, err := os.Stat("/usr/sbin/mkfs.ext4"); err != nil {
+						t.Skip("mkfs.ext4 is not installed; the stand-in case covers the script")
+					}
+				}
+			}
+			testVMGuestBuild(t, bash, vmStubs(t, bash, real))
+		})
+	}
+}
+
+func testVMGuestBuild(t *testing.T, bash, stubs string) {
 	cache := filepath.Join(t.TempDir(), "vm") // empty: not even created
 	env := append(os.Environ(),
-		"PATH="+stubs+":"+os.Getenv("PATH"),
+		"PATH="+stubs+":"+os.Getenv("PATH")+":/usr/sbin:/sbin",
 		"SANDPIT_VM_CACHE="+cache,
 	)
 	var first string
 	for _, step := range []struct {
 		name       string
-		wantStderr string // proof the step did what it says
+		wantStderr []string // proof the step did what it says
 	}{
-		{"cold cache builds", "Creating regular file"}, // the tools' chatter is logged, not lost
-		{"warm cache reuses", "guest image cached"},
+		// The tools' output is logged, not lost.
+		{"cold cache builds", []string{"chroot ran: ", "guest image built"}},
+		{"warm cache reuses", []string{"guest image cached"}},
 	} {
 		t.Run(step.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -90,8 +111,10 @@ func TestVMGuestBuildPrintsOnlyItsDirectory(t *testing.T) {
 					t.Errorf("the printed guest directory lacks %s: %v", f, err)
 				}
 			}
-			if !strings.Contains(stderr.String(), step.wantStderr) {
-				t.Errorf("stderr lacks %q:\n%s", step.wantStderr, stderr.String())
+			for _, want := range step.wantStderr {
+				if !strings.Contains(stderr.String(), want) {
+					t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+				}
 			}
 			if first == "" {
 				first = out
@@ -110,7 +133,7 @@ func TestVMGuestBuildFailureCachesNothing(t *testing.T) {
 	if err != nil {
 		t.Skip("bash not found")
 	}
-	stubs := vmStubs(t, bash)
+	stubs := vmStubs(t, bash, false)
 	cache := filepath.Join(t.TempDir(), "vm")
 	cmd := exec.Command(bash, "vm-test.sh", "guest")
 	cmd.Env = append(os.Environ(), "PATH="+stubs+":"+os.Getenv("PATH"), "SANDPIT_VM_CACHE="+cache, "STUB_MKFS_FAILS=1")
