@@ -171,7 +171,7 @@ func (b *Builder) rootfs(ctx context.Context, r Recipe, force bool) (entry, erro
 			return e, nil
 		}
 	}
-	log.Info("building image rootfs: minutes from a cold cache (measured on a loaded 2-core machine: toolchain ~5, datascience ~10); progress every "+b.progressInterval().String(), "suite", r.Suite,
+	log.Info("building image rootfs: minutes from a cold cache (measured on shared 2-core machines: toolchain 3-5, datascience 8-10, plus the import); progress every "+b.progressInterval().String(), "suite", r.Suite,
 		"packages", strings.Join(r.Packages, ","), "mirror", b.mirror(), "cache", filepath.Join(dir, key))
 	start := time.Now()
 	e, err := buildEntry(ctx, dir, key, force, func(ctx context.Context, tmp string) (entry, error) {

@@ -12,9 +12,10 @@ import (
 	"time"
 )
 
-// defaultProgressEvery is how often a build logs how far it is: a cold build takes
-// minutes (measured on a loaded 2-core machine: toolchain ~5, datascience
-// ~10), which one line at its start and one at its end left silent.
+// defaultProgressEvery is how often a build logs how far it is: a cold
+// build takes minutes (measured on shared 2-core machines: toolchain 3-5,
+// datascience 8-10, plus a minute of import), which one line at its start
+// and one at its end left silent.
 const defaultProgressEvery = 15 * time.Second
 
 // progress follows one rootfs build: what debootstrap reports on its output
