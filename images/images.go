@@ -71,6 +71,16 @@ type Builder struct {
 	// bootstrap and probe are debootstrap and chroot; tests replace them.
 	bootstrap func(ctx context.Context, r Recipe, mirror, rootfs string, out io.Writer) error
 	probe     probeFunc
+	// progressEvery is how often a build logs its progress; default
+	// defaultProgressEvery (tests shorten it).
+	progressEvery time.Duration
+}
+
+func (b *Builder) progressInterval() time.Duration {
+	if b.progressEvery > 0 {
+		return b.progressEvery
+	}
+	return defaultProgressEvery
 }
 
 func (b *Builder) cacheDir() string {
@@ -161,7 +171,7 @@ func (b *Builder) rootfs(ctx context.Context, r Recipe, force bool) (entry, erro
 			return e, nil
 		}
 	}
-	log.Info("building image rootfs (about two minutes)", "suite", r.Suite,
+	log.Info("building image rootfs: minutes from a cold cache (measured on shared 2-core machines: toolchain 3-5, datascience 8-10, plus the import); progress every "+b.progressInterval().String(), "suite", r.Suite,
 		"packages", strings.Join(r.Packages, ","), "mirror", b.mirror(), "cache", filepath.Join(dir, key))
 	start := time.Now()
 	e, err := buildEntry(ctx, dir, key, force, func(ctx context.Context, tmp string) (entry, error) {
@@ -188,9 +198,11 @@ func (b *Builder) fill(ctx context.Context, r Recipe, tmp string, log *slog.Logg
 		probe = chrootProbe
 	}
 	last := &tail{max: 20}
-	out := io.Writer(last)
+	prog := newProgress(rootfs, filepath.Join(tmp, layerFile))
+	defer prog.report(ctx, log, b.progressInterval())()
+	out := io.Writer(io.MultiWriter(last, prog))
 	if b.Progress != nil {
-		out = io.MultiWriter(b.Progress, last)
+		out = io.MultiWriter(b.Progress, last, prog)
 	}
 	if err := bootstrap(ctx, r, b.mirror(), rootfs, out); err != nil {
 		if errors.Is(err, ErrBuild) && b.Progress == nil {
@@ -198,6 +210,7 @@ func (b *Builder) fill(ctx context.Context, r Recipe, tmp string, log *slog.Logg
 		}
 		return entry{}, err
 	}
+	prog.step("customise")
 	log.Info("packages installed; customising rootfs")
 	if err := customise(rootfs); err != nil {
 		return entry{}, err
@@ -208,6 +221,7 @@ func (b *Builder) fill(ctx context.Context, r Recipe, tmp string, log *slog.Logg
 	if err := runSetup(ctx, r, rootfs, probe); err != nil {
 		return entry{}, err
 	}
+	prog.step("probe versions")
 	labels, err := probeVersions(ctx, r, rootfs, probe)
 	if err != nil {
 		return entry{}, err
@@ -217,6 +231,7 @@ func (b *Builder) fill(ctx context.Context, r Recipe, tmp string, log *slog.Logg
 		return entry{}, err
 	}
 	maps.Copy(labels, libs)
+	prog.step("write layer")
 	diffID, size, err := writeLayer(ctx, rootfs, filepath.Join(tmp, layerFile))
 	if err != nil {
 		return entry{}, err

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/host"
@@ -169,17 +172,47 @@ func debootstrap(ctx context.Context, r Recipe, mirror, rootfs string, out io.Wr
 		cmd = exec.CommandContext(ctx, "unshare", unshareArgs...)
 	}
 	cmd.Stdout, cmd.Stderr = out, out
-	// debootstrap mounts /proc and /sys inside the target and unmounts them
-	// on exit from a trap: a SIGKILL would leave them mounted.
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 30 * time.Second
-	if err := cmd.Run(); err != nil {
+	if err := runGroup(cmd); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		return fmt.Errorf("debootstrap %s from %s: %v: %w", r.Suite, mirror, err, ErrBuild)
 	}
 	return nil
+}
+
+// runGroup runs a build tool (debootstrap) in a process group of its own
+// and ends the whole group with it: debootstrap runs wget, apt, dpkg and
+// maintainer scripts, which a signal to debootstrap alone left running
+// (for minutes, after a server whose client had gone away exited).
+//
+// When cmd's context is done, the group gets SIGTERM: debootstrap unmounts
+// /proc and /sys inside the target from an exit trap, which a SIGKILL would
+// skip. What is still there when cmd has been waited for (or WaitDelay
+// later) gets SIGKILL. Should this process die first, the kernel sends the
+// tool SIGTERM (Pdeathsig), since no cancel runs then.
+func runGroup(cmd *exec.Cmd) error {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	// Wait for the leader to exit without reaping it: while it is a zombie
+	// its pid, the group's id, cannot be given to another process, so the
+	// SIGKILL reaches only what the tool left behind.
+	pid := cmd.Process.Pid
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+	for err == unix.EINTR {
+		err = unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+	}
+	if err == nil {
+		if kerr := unix.Kill(-pid, unix.SIGKILL); kerr != nil && kerr != unix.ESRCH {
+			slog.Warn("debootstrap's process group not killed", "pgid", pid, "err", kerr)
+		}
+	}
+	return cmd.Wait()
 }
 
 // probeEnv is the environment language probes run with.

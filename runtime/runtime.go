@@ -195,6 +195,9 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, err
 		}
 	}
+	if err := cfg.CheckOCIBinary(); err != nil {
+		return nil, err
+	}
 	if cfg.ShimCgroup != "" {
 		if _, err := ensureCgroup(cfg.ShimCgroup); err != nil {
 			return nil, fmt.Errorf("shim cgroup: %w", err)

@@ -14,7 +14,11 @@
 # serves inside its namespaces; the language image is built or imported into
 # it on first use, cached in ~/.cache/sandpit/images. On a host where limits
 # cannot be enforced rootless (cgroup v1, or no delegation), it says why and
-# what to do, and sandpit refuses to run code.
+# what to do, and sandpit refuses to run code. On cgroup v1 that is certain
+# before anything starts: it serves without containerd and builds nothing
+# (unless --allow-unenforced-limits is given); without delegation on cgroup
+# v2 the rootless containerd starts (its cgroup is what sandpit checks) and
+# the server builds no image.
 #
 # As root it installs containerd, runc and debootstrap if missing, and sandpit
 # uses the system containerd if one answers or starts a private one.
@@ -43,6 +47,24 @@ stale() {
 	done
 	return 1
 }
+# A normal user on cgroup v1 gets a server that refuses every run (each
+# run_code answers why): nothing that runs could use is started or built.
+cgroup_fs=${SANDPIT_CGROUP_FS:-/sys/fs/cgroup} # tests point it elsewhere
+if [ "$(id -u)" -ne 0 ] && [ ! -f "$cgroup_fs/cgroup.controllers" ]; then
+	case " $* " in
+	*" --allow-unenforced-limits "* | *" --allow-unenforced-limits=true "*) ;;
+	*)
+		echo "serve.sh: this host mounts cgroup v1 (or hybrid), where a normal user's sandboxes cannot be limited: sandpit refuses every run here (run it as root: sudo scripts/serve.sh, or boot with systemd.unified_cgroup_hierarchy=1). Serving without containerd or images." >&2
+		if stale; then
+			echo "serve.sh: building ${bins[*]}" >&2
+			"${build[@]}" >&2
+		fi
+		state=${XDG_RUNTIME_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}}/sandpit/state
+		exec bin/sandpit serve --no-start --rootless --build-images=false --state-dir "$state" "$@"
+		;;
+	esac
+fi
+
 deps=()
 stale || deps+=(--no-go)
 [ "$(id -u)" -eq 0 ] || deps+=(--rootless)

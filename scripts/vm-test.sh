@@ -9,6 +9,8 @@
 #                                      off and limits unenforced, its memory and CPU
 #                                      checks must fail (passes only if they do)
 #   sudo scripts/vm-test.sh build      only build (or reuse) the guest's disks
+#   sudo scripts/vm-test.sh guest      only build (or reuse) the guest's root disk,
+#                                      kernel and initrd; prints their directory
 #
 # Why a VM: the CI machines are cgroup v1 hybrid without systemd, where
 # rootless runc cannot enforce limits; the hosts people run sandpit on as a
@@ -35,6 +37,9 @@
 #              SANDPIT_VM_IMPORT=1 (the guest imports the image itself, as serve.sh
 #              does on first use: slow under emulation), SANDPIT_VM_LOG (console log).
 set -euo pipefail
+# Functions whose stdout is captured (dir=$(build_guest)) stop at a failing
+# step too: without this bash drops set -e inside $(...).
+shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
 
@@ -106,15 +111,27 @@ guest_key() {
 	{ echo "$guest_packages $mirror"; declare -f guest_configure; } | sha256sum | cut -c1-16
 }
 
+# build_guest prints the directory of the guest's root disk, kernel and
+# initrd, building them first when they are not cached. Its stdout is that
+# path and nothing else (callers hand it to qemu): every build tool's stdout
+# goes to stderr, with the log (mkfs.ext4 -q still prints "Creating regular
+# file ..." on stdout when the image file is new).
 build_guest() {
-	local key dir tmp start
+	local key dir
 	key=$(guest_key)
 	dir="$vm_cache/$key"
 	if [ -f "$dir/done" ]; then
 		say "guest image cached: $dir"
-		echo "$dir"
-		return
+	else
+		guest_build "$dir" >&2
 	fi
+	[ -f "$dir/root.img" ] || die "the guest build left no $dir/root.img"
+	echo "$dir"
+}
+
+# guest_build DIR builds the guest into DIR (its output is the log only).
+guest_build() {
+	local dir=$1 tmp start
 	for bin in debootstrap mkfs.ext4 qemu-system-x86_64; do
 		command -v "$bin" >/dev/null || die "$bin is missing (hint: scripts/install-deps.sh --vm)"
 	done
@@ -140,7 +157,6 @@ build_guest() {
 	rm -rf "$dir"
 	mv "$tmp" "$dir"
 	say "guest image built in $(($(date +%s) - start))s: $dir ($(du -sh "$dir/root.img" | cut -f1) on disk)"
-	echo "$dir"
 }
 
 # image_entry prints the host's cached rootfs layer of the default language
@@ -193,15 +209,22 @@ shift_ids() {
 # mounts it as that containerd's root, so `serve.sh` finds the image there.
 # SANDPIT_VM_IMPORT=1 skips this and has the guest import it instead.
 image_disk() {
-	local entry=$1 id out tmp pid
-	id=$(grep -o '"diff_id": *"sha256:[0-9a-f]*' "$entry/meta.json" | sed 's/.*sha256://' | cut -c1-16)
+	local entry=$1 id out
+	id=$(grep -o '"diff_id": *"sha256:[0-9a-f]*' "$entry/meta.json" | sed 's/.*sha256://' | cut -c1-16) || true
 	[ -n "$id" ] || die "no diff_id in $entry/meta.json"
 	out="$vm_cache/image-$id.img"
 	if [ -f "$out" ]; then
 		say "image disk cached: $out"
-		echo "$out"
-		return
+	else
+		# As in build_guest: stdout is the path, the tools' output the log.
+		image_disk_build "$entry" "$out" >&2
 	fi
+	echo "$out"
+}
+
+# image_disk_build ENTRY OUT builds image_disk's disk into OUT.
+image_disk_build() {
+	local entry=$1 out=$2 tmp pid
 	rm -rf "$vm_cache"/.image-*
 	tmp=$(mktemp -d "$vm_cache/.image-XXXXXX")
 	mkdir -p "$tmp/root" "$tmp/run"
@@ -224,7 +247,6 @@ image_disk() {
 	mv "$tmp/image.img" "$out"
 	rm -rf "$tmp"
 	say "image disk built: $out"
-	echo "$out"
 }
 
 # make_payload DIR MODE ENTRY: the per-run disk: what is under test.
@@ -280,7 +302,7 @@ run_vm() {
 	done | tee "$log"
 	rc=${PIPESTATUS[0]}
 	say "qemu exited ($rc) after $(($(date +%s) - start))s wall"
-	boot=$(grep -m1 'SANDPIT-VM-FIGURE boot_uptime_s=' "$log" | sed 's/^\[ *\([0-9]*\)s\].*=\(.*\)/wall \1 s, guest uptime \2 s/')
+	boot=$(grep -m1 'SANDPIT-VM-FIGURE boot_uptime_s=' "$log" | sed 's/^\[ *\([0-9]*\)s\].*=\(.*\)/wall \1 s, guest uptime \2 s/') || true
 	say "figures: boot to the suite: ${boot:-none}"
 	grep -o 'SANDPIT-VM-FIGURE .*' "$log" | sed 's/^SANDPIT-VM-FIGURE /vm-test:   /' >&2 || true
 	if grep -q 'SANDPIT-VM-RESULT: PASS' "$log"; then
@@ -292,6 +314,11 @@ run_vm() {
 }
 
 case "${1:-test}" in
+guest)
+	# As run_vm takes it: from inside $(...).
+	dir=$(build_guest)
+	echo "$dir"
+	;;
 build)
 	build_guest >/dev/null
 	go build -o bin/sandpit ./cmd/sandpit

@@ -33,7 +33,7 @@ func containerdFlags() []cli.Flag {
 		&cli.StringFlag{Name: "shim-cgroup", Usage: "cgroup the shims are moved into (default: where they start)"},
 		&cli.StringFlag{Name: "rootfs-dir", Value: runtime.DefaultRootfsDir, Usage: "where each instance mounts its read-only image roots (must be searchable by others: sandboxes run as unprivileged host ids)"},
 		&cli.StringFlag{Name: "shim-dir", Usage: "where containerd-shim-sandpit-v1, sandpit-shim and sandpit-shim-init are, for --runtime sandpit (default: beside this binary)", EnvVars: []string{"SANDPIT_SHIM_DIR"}},
-		&cli.StringFlag{Name: "runc-binary", Value: "runc", Usage: "OCI runtime binary for the shim: runc, or runsc (gVisor) where installed"},
+		&cli.StringFlag{Name: "runc-binary", Value: "runc", Usage: "OCI runtime binary for --runtime io.containerd.runc.v2 (sandpit's own shim runs none and refuses any but runc); sandpit is tested with runc only, gVisor's runsc is not supported"},
 		&cli.StringFlag{Name: "state-dir", Value: "/run/sandpit/state", Usage: "per-instance state: run files, FIFOs, workspace views, instance locks"},
 		&cli.BoolFlag{Name: "userns", Value: true, Usage: "run sandboxes in a user namespace mapped to an unprivileged host range"},
 		&cli.Int64Flag{Name: "memory-mb", Value: 512, Usage: "memory limit per sandbox (MiB, no swap)"},

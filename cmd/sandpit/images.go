@@ -5,14 +5,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/sandpit-dev/sandpit/images"
+	"github.com/sandpit-dev/sandpit/internal/host"
+	"github.com/sandpit-dev/sandpit/runtime"
 )
 
 func imagesCommand() *cli.Command {
@@ -239,4 +243,96 @@ func formatVersions(v map[string]string) string {
 func isTerminal(f *os.File) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// buildStopWait bounds how long a server's exit waits for the image build
+// it started to end after cancelling it (debootstrap's exit trap unmounts
+// what it mounted; images.runGroup gives it 30 s before SIGKILL).
+const buildStopWait = time.Minute
+
+// startImageBuild builds, in the background, the images the catalog's
+// languages run on, on first use, so that the MCP handshake is not held up
+// (runs fail with a clear "image not available" until they are ready). It
+// returns what the server calls on exit: that cancels the build and waits
+// for it to end, so no debootstrap outlives the server. Nothing is built
+// when every run would be refused (rootless where limits cannot be
+// enforced): those images could not be used.
+func startImageBuild(c *cli.Context, cfg runtime.Config) (stop func()) {
+	if ok, reason := imagesUsable(cfg, probeRootlessCgroups); !ok {
+		slog.Warn("not building images: every run is refused here", "reason", reason)
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(c.Context)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ensureImages(ctx, c)
+	}()
+	return func() {
+		cancel()
+		select {
+		case <-done:
+			return
+		default:
+		}
+		slog.Info("stopping the image build this server started")
+		select {
+		case <-done:
+		case <-time.After(buildStopWait):
+			slog.Warn("the image build did not end in time; exiting (debootstrap gets SIGTERM as this process exits)", "waited", buildStopWait)
+		}
+	}
+}
+
+// imagesUsable says whether images built for cfg's runtime could be used:
+// not when it is rootless, the operator did not accept unenforced limits,
+// and probe says the cgroups cannot enforce them (known: the probe could
+// tell; a rootless daemon not yet reachable is asked again by each run).
+func imagesUsable(cfg runtime.Config, probe func(address string) (known, ok bool, reason string)) (bool, string) {
+	if !cfg.Rootless || cfg.AllowUnenforcedLimits {
+		return true, ""
+	}
+	known, ok, reason := probe(cfg.Address)
+	if !known || ok {
+		return true, ""
+	}
+	return false, reason
+}
+
+// probeRootlessCgroups asks whether the rootless containerd at address can
+// enforce limits. On cgroup v2 the answer depends on the daemon's cgroup:
+// unknown while it does not answer.
+func probeRootlessCgroups(address string) (known, ok bool, reason string) {
+	if host.DetectCgroups() == host.CgroupV2 {
+		if _, err := host.PeerPID(address); err != nil {
+			return false, false, ""
+		}
+	}
+	ok, reason = runtime.RootlessCgroups(address)
+	return true, ok, reason
+}
+
+// ensureImages builds the images the catalog's languages run on that are
+// missing, until ctx ends.
+func ensureImages(ctx context.Context, c *cli.Context) {
+	store, err := connectImages(c)
+	if err != nil {
+		slog.Warn("cannot check images", "err", err)
+		return
+	}
+	defer store.Close()
+	b := store.Builder()
+	cat := mustCatalog(c)
+	for _, name := range cat.UsedImages() {
+		if ctx.Err() != nil {
+			return
+		}
+		r, err := cat.Recipe(name)
+		if err == nil {
+			err = b.Ensure(ctx, r)
+		}
+		if err != nil && ctx.Err() == nil {
+			slog.Error("building an image failed; run `sandpit images build` to see why", "image", name, "err", err)
+		}
+	}
 }

@@ -78,7 +78,8 @@ func serveCommand() *cli.Command {
 				}
 			}()
 			if c.Bool("build-images") {
-				go ensureImages(c)
+				// Ended, not orphaned, when the server exits.
+				defer startImageBuild(c, rt.Config())()
 			}
 			cfg := mcp.Config{
 				Name:           "sandpit",
@@ -163,29 +164,6 @@ func serveStdio(ctx context.Context, s *server.MCPServer, workers, maxMessage in
 	}
 	slog.Info("stdio closed; releasing sandboxes")
 	return err
-}
-
-// ensureImages builds the images the catalog's languages run on, on first
-// use, in the background so that the MCP handshake is not held up; runs
-// fail with a clear "image not available" until they are ready.
-func ensureImages(c *cli.Context) {
-	store, err := connectImages(c)
-	if err != nil {
-		slog.Warn("cannot check images", "err", err)
-		return
-	}
-	defer store.Close()
-	b := store.Builder()
-	cat := mustCatalog(c)
-	for _, name := range cat.UsedImages() {
-		r, err := cat.Recipe(name)
-		if err == nil {
-			err = b.Ensure(c.Context, r)
-		}
-		if err != nil {
-			slog.Error("building an image failed; run `sandpit images build` to see why", "image", name, "err", err)
-		}
-	}
 }
 
 // statusReport is what only the runtime knows, for sandbox://status.
