@@ -191,7 +191,7 @@ func (cfg Config) previewFile(ctx context.Context, p string) (preview.Image, err
 	if err != nil {
 		return preview.Image{}, err
 	}
-	img, err := preview.Make(data, cfg.Content.preview())
+	img, err := preview.Make(ctx, data, cfg.Content.preview())
 	if errors.Is(err, preview.ErrTooLarge) {
 		err = sandpit.Newf(sandpit.ErrResourceExhausted, "%v", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"image/color"
 	"image/png"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"testing"
 
@@ -299,5 +300,49 @@ func TestPromptListsLibraries(t *testing.T) {
 	f.call(t, "list_supported_languages", nil, &out)
 	if len(out.Languages) != 1 || strings.Join(out.Languages[0].Libraries, ",") != "numpy 1.24.2,pandas 1.5.3" {
 		t.Errorf("list_supported_languages = %+v", out)
+	}
+}
+
+// reviewBomb is the 52-byte WebP of the 2026-12-01 review (H1): a VP8X
+// canvas of 2000×1 around a VP8L frame of 16384×16384 whose pixels cost
+// no bits.
+const reviewBomb = "UklGRiwAAABXRUJQVlA4WAoAAAAAAAAAzwcAAAAAVlA4TA0AAAAv////DyhAkYvc/wIAAA=="
+
+// TestRunContentRefusesImageBombs: a run that writes a WebP whose header
+// hides a 16384² frame gets a link and a reason, not an image block: the
+// server neither decodes the frame nor hands the file to the client.
+func TestRunContentRefusesImageBombs(t *testing.T) {
+	bomb, err := base64.StdEncoding.DecodeString(reviewBomb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiny := bytes.Clone(bomb)
+	copy(tiny[24:27], []byte{0, 0, 0}) // the canvas: 1×1
+	f := contentFixture(t, map[string]map[string][]byte{
+		"wide": {"chart.webp": bomb},
+		"tiny": {"chart.webp": tiny},
+	}, ContentLimits{})
+	for _, code := range []string{"tiny", "wide"} {
+		t.Run(code, func(t *testing.T) {
+			var before, after goruntime.MemStats
+			goruntime.GC()
+			goruntime.ReadMemStats(&before)
+			res := f.call(t, "run_code", map[string]any{"language": "python", "code": code}, nil)
+			goruntime.ReadMemStats(&after)
+			images, links := blocks(res)
+			if len(images) != 0 {
+				t.Errorf("%d image blocks (%s, %d bytes of base64), want none", len(images), images[0].MIMEType, len(images[0].Data))
+			}
+			if len(links) != 1 || links[0].URI != "sandbox://workspace/chart.webp" {
+				t.Errorf("links %+v, want chart.webp", links)
+			}
+			if !strings.Contains(text(res), "image not shown: chart.webp") {
+				t.Errorf("text lacks the reason: %s", text(res))
+			}
+			// The frame is 1 GiB decoded; the call may allocate a few MiB.
+			if n := after.TotalAlloc - before.TotalAlloc; n > 32<<20 {
+				t.Errorf("the call allocated %d MiB", n>>20)
+			}
+		})
 	}
 }

@@ -119,7 +119,7 @@ type ImageInfo struct {
 	Height       int    `json:"height"`
 	SourceWidth  int    `json:"source_width" jsonschema:"of the file"`
 	SourceHeight int    `json:"source_height"`
-	Scaled       bool   `json:"scaled" jsonschema:"true when the image shown is scaled down or re-encoded from the file"`
+	Scaled       bool   `json:"scaled" jsonschema:"true when the image shown is smaller than the file (it is always re-encoded from the decoded pixels)"`
 }
 
 func readFileTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
