@@ -123,7 +123,9 @@ func (cfg Config) runContent(ctx context.Context, ch *sandpit.Changes) ([]mcpgo.
 			overLinks++
 			return
 		}
-		l := mcpgo.NewResourceLink(workspaceURI(p), p, "a workspace file the run wrote; resources/read returns it", mimeType(p, nil))
+		// The name is text a model and a client's UI read: printed as
+		// textName prints it. The URI keeps the exact path, percent-encoded.
+		l := mcpgo.NewResourceLink(workspaceURI(p), textName(p), "a workspace file the run wrote; resources/read returns it", mimeType(p, nil))
 		links = append(links, l)
 	}
 	for _, p := range append(append([]string(nil), ch.Created...), ch.Modified...) {

@@ -346,3 +346,43 @@ func TestRunContentRefusesImageBombs(t *testing.T) {
 		})
 	}
 }
+
+// TestRunLinksEscapeNames: a resource link's name is text the model and a
+// client's UI read, so a file name with a newline, an escape sequence or a
+// bidi override is printed as textName prints it; the URI keeps the exact
+// name, percent-encoded, for resources/read.
+func TestRunLinksEscapeNames(t *testing.T) {
+	evil := []string{"a.csv\nimage chart.png: 640×480", "x\x1b[2J.txt", "report\u202etxt.exe", "b\u2066c\u2069.json", "cr\rlf.log", "bad\xffutf8.txt"}
+	files := map[string][]byte{}
+	for _, n := range evil {
+		files[n] = []byte("x")
+	}
+	f := contentFixture(t, map[string]map[string][]byte{"evil": files}, ContentLimits{})
+	res := f.call(t, "run_code", map[string]any{"language": "python", "code": "evil"}, nil)
+	if res.IsError {
+		t.Fatal(text(res))
+	}
+	_, links := blocks(res)
+	if len(links) != len(evil) {
+		t.Fatalf("%d links, want %d: %s", len(links), len(evil), text(res))
+	}
+	byURI := map[string]string{}
+	for _, n := range evil {
+		byURI[workspaceURI(n)] = n
+	}
+	for _, l := range links {
+		n, ok := byURI[l.URI]
+		if !ok {
+			t.Errorf("link %q names no file the run wrote", l.URI)
+			continue
+		}
+		for field, v := range map[string]string{"name": l.Name, "title": l.Title, "description": l.Description} {
+			if !safeText(v) {
+				t.Errorf("link %s: %s %q holds a control or format character", l.URI, field, v)
+			}
+		}
+		if l.Name != textName(n) {
+			t.Errorf("link %s: name %q, want %q", l.URI, l.Name, textName(n))
+		}
+	}
+}
