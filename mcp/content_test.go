@@ -11,6 +11,7 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"maps"
 	"path/filepath"
 	goruntime "runtime"
 	"strings"
@@ -385,4 +386,75 @@ func TestRunLinksEscapeNames(t *testing.T) {
 			t.Errorf("link %s: name %q, want %q", l.URI, l.Name, textName(n))
 		}
 	}
+}
+
+// noisePNG is a w×h PNG of RGB noise: it does not compress, so each one is
+// about 3·w·h bytes (590² is just under 1 MiB).
+func noisePNG(t testing.TB, w, h int, seed byte) []byte {
+	t.Helper()
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	x := uint32(seed) + 1
+	for i := range img.Pix {
+		if i%4 == 3 {
+			img.Pix[i] = 255
+			continue
+		}
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		img.Pix[i] = byte(x)
+	}
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// TestRunResultWithinBudget: eight noise images of just under 1 MiB each
+// made an 11.1 MB run_code result, which a TypeScript client dropped the
+// connection over. The result stays within MaxResultBytes: fewer images
+// (the rest linked), then fewer links, and the text says so.
+func TestRunResultWithinBudget(t *testing.T) {
+	noise := map[string][]byte{}
+	for i := range 8 {
+		noise[fmt.Sprintf("noise%d.png", i)] = noisePNG(t, 590, 590, byte(i))
+	}
+	long := map[string][]byte{}
+	for i := range 1500 {
+		d := strings.Repeat("n", 250) // a path of 1,000 bytes, names within 255
+		long[fmt.Sprintf("%s/%s/%s/%04d.txt", d, d, d, i)] = nil
+	}
+	maps.Copy(long, noise)
+	f := contentFixture(t, map[string]map[string][]byte{"noise": noise, "long": long}, ContentLimits{MaxLinks: 2000})
+
+	t.Run("images", func(t *testing.T) {
+		res := f.call(t, "run_code", map[string]any{"language": "python", "code": "noise"}, nil)
+		images, links := blocks(res)
+		t.Logf("%d images, %d links, %d bytes", len(images), len(links), resultBytes(t, res))
+		if n := resultBytes(t, res); n > MaxResultBytes {
+			t.Errorf("result is %d bytes, over %d", n, MaxResultBytes)
+		}
+		if len(images) == 0 || len(images) == 8 || len(images)+len(links) != 8 {
+			t.Errorf("%d images and %d links, want some of the 8 shown and the rest linked", len(images), len(links))
+		}
+		want := fmt.Sprintf("%d images not shown", 8-len(images))
+		if !strings.Contains(text(res), want) || !strings.Contains(text(res), "result budget") {
+			t.Errorf("text lacks %q and the budget: %s", want, text(res))
+		}
+	})
+	t.Run("links", func(t *testing.T) {
+		res := f.call(t, "run_code", map[string]any{"language": "python", "code": "long"}, nil)
+		images, links := blocks(res)
+		t.Logf("%d images, %d links, %d bytes", len(images), len(links), resultBytes(t, res))
+		if n := resultBytes(t, res); n > MaxResultBytes {
+			t.Errorf("result is %d bytes, over %d", n, MaxResultBytes)
+		}
+		if len(images)+len(links) >= 1508 || len(links) == 0 {
+			t.Errorf("%d images and %d links of 1508 files", len(images), len(links))
+		}
+		if !strings.Contains(text(res), "files not linked") || !strings.Contains(text(res), "result budget") {
+			t.Errorf("text lacks the links left out: %.2000s", text(res))
+		}
+	})
 }
