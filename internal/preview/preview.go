@@ -136,10 +136,12 @@ func Make(ctx context.Context, data []byte, l Limits) (Image, error) {
 		if err != nil {
 			return out, err
 		}
-		if b := src.Bounds(); b.Dx() != w || b.Dy() != h {
+		// What was priced must bound what was decoded (a GIF's first
+		// frame may be smaller than its screen, never larger).
+		if b := src.Bounds(); b.Dx() > w || b.Dy() > h {
 			return out, fmt.Errorf("%w: the header says %d×%d, the decoder made %d×%d", ErrFormat, w, h, b.Dx(), b.Dy())
 		}
-		if tw == w && th == h {
+		if b := src.Bounds(); b.Dx() == tw && b.Dy() == th {
 			img = src
 		} else {
 			dst := image.NewRGBA(image.Rect(0, 0, tw, th))

@@ -219,6 +219,9 @@ func TestMakeLimits(t *testing.T) {
 	jpeg.Encode(&jpg, small, nil)
 	gif.Encode(&gf, small, nil)
 	wide := image.NewGray(image.Rect(0, 0, 4000, 1000))
+	var inset bytes.Buffer // a first frame of 50×40 on a screen of 300×200
+	frame := image.NewPaletted(image.Rect(10, 10, 60, 50), color.Palette{color.Black, color.White})
+	gif.EncodeAll(&inset, &gif.GIF{Image: []*image.Paletted{frame}, Delay: []int{0}, Config: image.Config{ColorModel: frame.Palette, Width: 300, Height: 200}})
 
 	tests := []struct {
 		name     string
@@ -233,6 +236,7 @@ func TestMakeLimits(t *testing.T) {
 		{name: "small png re-encoded", data: encodePNG(t, small), limits: DefaultLimits, w: 300, h: 200, mime: "image/png"},
 		{name: "jpeg re-encoded as jpeg", data: jpg.Bytes(), limits: DefaultLimits, w: 300, h: 200, mime: "image/jpeg"},
 		{name: "gif re-encoded as png", data: gf.Bytes(), limits: DefaultLimits, w: 300, h: 200, mime: "image/png"},
+		{name: "gif written with a frame offset on a larger screen", data: inset.Bytes(), limits: DefaultLimits, w: 300, h: 200, mime: "image/png"},
 		{name: "wide is scaled to the edge", data: encodePNG(t, wide), limits: DefaultLimits, w: 1568, h: 392, mime: "image/png", scaled: true},
 		{name: "too many bytes: re-encoded smaller", data: encodePNG(t, small), limits: Limits{MaxEdge: 1568, MaxBytes: 20000, MaxDecodeBytes: 8 << 20}, mime: "image/jpeg", scaled: true, maxBytes: 20000},
 		{name: "over the decode budget and not PNG", data: jpg.Bytes(), limits: Limits{MaxEdge: 100, MaxBytes: 1 << 20, MaxDecodeBytes: 100_000, MaxStreamPixels: 1 << 30}, wantErr: ErrTooLarge},
