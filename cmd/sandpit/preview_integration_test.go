@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"testing"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandpit-dev/sandpit/mcp"
 )
 
 // reviewWebP is the 52-byte WebP of the 2026-12-01 review (H1): a VP8X
@@ -134,4 +137,46 @@ func vmHWM(t *testing.T, pid int) int64 {
 	}
 	t.Fatalf("no VmHWM in /proc/%d/status", pid)
 	return 0
+}
+
+// TestMCPRunResultWithinBudget: eight 590×590 noise PNGs, each just under
+// 1 MiB, made an 11.1 MB run_code result (a TypeScript client dropped the
+// connection). The result now stays within mcp.MaxResultBytes and says
+// what it left out.
+func TestMCPRunResultWithinBudget(t *testing.T) {
+	c := startServer(t, nil, append(serverArgs(t), "--pool", "0")...)
+	code := `import os, struct, zlib
+def png(path, w, h):
+    raw = b''.join(b'\0' + os.urandom(3 * w) for _ in range(h))
+    def chunk(t, d):
+        return struct.pack('>I', len(d)) + t + d + struct.pack('>I', zlib.crc32(t + d))
+    with open(path, 'wb') as f:
+        f.write(b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h, 8, 2, 0, 0, 0))
+                + chunk(b'IDAT', zlib.compress(raw, 9)) + chunk(b'IEND', b''))
+for i in range(8):
+    png('noise%d.png' % i, 590, 590)
+print(max(os.path.getsize('noise%d.png' % i) for i in range(8)))
+`
+	res := call(t, c, "run_code", map[string]any{"language": "python", "code": code})
+	out := runResult(t, res)
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	images, links := 0, 0
+	for _, b := range res.Content {
+		switch b.(type) {
+		case mcpgo.ImageContent:
+			images++
+		case mcpgo.ResourceLink:
+			links++
+		}
+	}
+	t.Logf("largest file %s bytes; result %d bytes, %d images, %d links", strings.TrimSpace(out.Stdout), len(b), images, links)
+	if len(b) > mcp.MaxResultBytes {
+		t.Errorf("the result is %d bytes, over %d", len(b), mcp.MaxResultBytes)
+	}
+	if images == 0 || images+links != 8 || !strings.Contains(text(res), "result budget") {
+		t.Errorf("%d images and %d links of 8, text: %s", images, links, text(res))
+	}
 }
