@@ -334,3 +334,73 @@ func TestFrameCostCoversTheDecoder(t *testing.T) {
 		})
 	}
 }
+
+// riffWebP wraps chunks (id, body) in a RIFF WEBP container.
+func riffWebP(chunks ...[2]string) []byte {
+	var body bytes.Buffer
+	body.WriteString("WEBP")
+	for _, c := range chunks {
+		body.WriteString(c[0])
+		binary.Write(&body, binary.LittleEndian, uint32(len(c[1])))
+		body.WriteString(c[1])
+		if len(c[1])%2 == 1 {
+			body.WriteByte(0)
+		}
+	}
+	var out bytes.Buffer
+	out.WriteString("RIFF")
+	binary.Write(&out, binary.LittleEndian, uint32(body.Len()))
+	out.Write(body.Bytes())
+	return out.Bytes()
+}
+
+// vp8x is a VP8X chunk body with flags and a canvas of w×h.
+func vp8x(flags byte, w, h int) string {
+	x := []byte{flags, 0, 0, 0, byte(w - 1), byte((w - 1) >> 8), byte((w - 1) >> 16), byte(h - 1), byte((h - 1) >> 8), byte((h - 1) >> 16)}
+	return string(x)
+}
+
+// vp8Key is the start of a VP8 key frame of w×h (tag, start code, sizes).
+func vp8Key(w, h int) string {
+	b := []byte{0x10, 0x02, 0x00, 0x9d, 0x01, 0x2a, 0, 0, 0, 0, 0, 0}
+	binary.LittleEndian.PutUint16(b[6:], uint16(w))
+	binary.LittleEndian.PutUint16(b[8:], uint16(h))
+	return string(b)
+}
+
+// TestWebPFrame: the lossy frame is read from its own header, a canvas must
+// agree with it, an alpha plane is priced, animations are refused.
+func TestWebPFrame(t *testing.T) {
+	tests := []struct {
+		name    string
+		data    []byte
+		w, h    int
+		minCost int64
+		wantErr error
+	}{
+		{"vp8 alone", riffWebP([2]string{"VP8 ", vp8Key(16383, 16383)}), 16383, 16383, 2 * 16383 * 16383, nil},
+		{"vp8 in a matching canvas", riffWebP([2]string{"VP8X", vp8x(0, 300, 200)}, [2]string{"VP8 ", vp8Key(300, 200)}), 300, 200, 2 * 300 * 200, nil},
+		{"vp8 with alpha", riffWebP([2]string{"VP8X", vp8x(0x10, 300, 200)}, [2]string{"ALPH", "\x00"}, [2]string{"VP8 ", vp8Key(300, 200)}), 300, 200, 11 * 300 * 200, nil},
+		{"vp8 in a 2000x1 canvas", riffWebP([2]string{"VP8X", vp8x(0, 2000, 1)}, [2]string{"VP8 ", vp8Key(16383, 16383)}), 0, 0, 0, ErrFormat},
+		{"animated", riffWebP([2]string{"VP8X", vp8x(0x02, 300, 200)}, [2]string{"ANIM", "\x00\x00\x00\x00\x00\x00"}), 0, 0, 0, ErrFormat},
+		{"a canvas and no frame", riffWebP([2]string{"VP8X", vp8x(0, 300, 200)}), 0, 0, 0, ErrFormat},
+		{"a chunk past the end", riffWebP([2]string{"VP8 ", vp8Key(30, 20)})[:20], 0, 0, 0, ErrFormat},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fr, err := readFrame(tt.data)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("readFrame() = %+v, %v; want %v", fr, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fr.width != tt.w || fr.height != tt.h || fr.cost < tt.minCost {
+				t.Errorf("frame %d×%d priced %d, want %d×%d at least %d", fr.width, fr.height, fr.cost, tt.w, tt.h, tt.minCost)
+			}
+		})
+	}
+}
