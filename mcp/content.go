@@ -81,12 +81,89 @@ type toolResult struct {
 }
 
 // withContent returns v with blocks to show beside the text, or v itself
-// when there are none.
+// when there are none. The blocks are cut to fit MaxResultBytes.
 func withContent(v any, blocks []mcpgo.Content) any {
 	if len(blocks) == 0 {
 		return v
 	}
-	return toolResult{value: v, content: blocks}
+	return toolResult{value: v, content: fitResult(v, blocks)}
+}
+
+// MaxResultBytes bounds a tool result that carries content blocks (a
+// run's images and links, read_file's image) as the client receives it:
+// the structured content, its text and every block, JSON-encoded. Eight
+// images of just under 1 MiB each made an 11 MB run_code result, and a
+// TypeScript client dropped the connection.
+const MaxResultBytes = 4 << 20
+
+// resultSlack is what a result holds beyond its structured content, text
+// rendering and blocks: the JSON-RPC envelope, the notes runContent adds
+// to the text, the budget note.
+const resultSlack = 16 << 10
+
+// imageBlock is an image block that knows its workspace path, so that
+// fitResult can link the file when the image does not fit. It never
+// reaches a client: fitResult turns it into an mcpgo.ImageContent or a
+// link.
+type imageBlock struct {
+	mcpgo.ImageContent
+	path string
+}
+
+// fitResult returns blocks cut to what fits MaxResultBytes beside v and its
+// text: images in order while they fit, the rest linked instead; then links
+// while they fit, the rest left out; and first a text block saying what
+// was left out, when anything was. The text is a rendering of v: at most
+// 7/3 of v's JSON (a name escaped for text, \u202e, is 7 bytes on the wire
+// where JSON keeps the 3-byte character), so v and its text are reserved
+// 10/3 of v's JSON.
+func fitResult(v any, blocks []mcpgo.Content) []mcpgo.Content {
+	s := jsonLen(v)
+	budget := MaxResultBytes - resultSlack - s - (7*s+2)/3
+	var (
+		kept, imageLinks, links []mcpgo.Content
+		used                    int
+		notShown                []string
+		notLinked               int
+	)
+	for _, b := range blocks {
+		img, ok := b.(imageBlock)
+		if !ok {
+			links = append(links, b)
+			continue
+		}
+		if n := jsonLen(img.ImageContent); used+n <= budget {
+			used += n
+			kept = append(kept, img.ImageContent)
+			continue
+		}
+		notShown = append(notShown, img.path)
+		imageLinks = append(imageLinks, mcpgo.NewResourceLink(workspaceURI(img.path), textName(img.path),
+			"an image the run wrote, not shown to keep the result within its size limit; read_file shows it", mimeType(img.path, nil)))
+	}
+	// The images not shown are linked first: they are what the run made
+	// to be seen.
+	for _, b := range append(imageLinks, links...) {
+		if n := jsonLen(b); used+n <= budget {
+			used += n
+			kept = append(kept, b)
+			continue
+		}
+		notLinked++
+	}
+	if len(notShown) == 0 && notLinked == 0 {
+		return kept
+	}
+	var note []string
+	if len(notShown) > 0 {
+		note = append(note, fmt.Sprintf("%d images not shown (%s)", len(notShown), textNames(notShown)))
+	}
+	if notLinked > 0 {
+		note = append(note, fmt.Sprintf("%d files not linked", notLinked))
+	}
+	text := fmt.Sprintf("result budget: %s, to keep this result within %d MiB; read_file shows an image, list_files lists the files\n",
+		strings.Join(note, " and "), MaxResultBytes>>20)
+	return append([]mcpgo.Content{mcpgo.NewTextContent(text)}, kept...)
 }
 
 // workspaceScheme prefixes the URI of a workspace file.
@@ -123,7 +200,9 @@ func (cfg Config) runContent(ctx context.Context, ch *sandpit.Changes) ([]mcpgo.
 			overLinks++
 			return
 		}
-		l := mcpgo.NewResourceLink(workspaceURI(p), p, "a workspace file the run wrote; resources/read returns it", mimeType(p, nil))
+		// The name is text a model and a client's UI read: printed as
+		// textName prints it. The URI keeps the exact path, percent-encoded.
+		l := mcpgo.NewResourceLink(workspaceURI(p), textName(p), "a workspace file the run wrote; resources/read returns it", mimeType(p, nil))
 		links = append(links, l)
 	}
 	for _, p := range append(append([]string(nil), ch.Created...), ch.Modified...) {
@@ -143,7 +222,7 @@ func (cfg Config) runContent(ctx context.Context, ch *sandpit.Changes) ([]mcpgo.
 			continue
 		}
 		shown++
-		blocks = append(blocks, mcpgo.NewImageContent(base64.StdEncoding.EncodeToString(img.Data), img.MIMEType))
+		blocks = append(blocks, imageBlock{mcpgo.NewImageContent(base64.StdEncoding.EncodeToString(img.Data), img.MIMEType), p})
 		note := fmt.Sprintf("image %s: %d×%d", textName(p), img.SourceWidth, img.SourceHeight)
 		if img.Scaled {
 			note += fmt.Sprintf(", shown at %d×%d", img.Width, img.Height)
@@ -191,7 +270,7 @@ func (cfg Config) previewFile(ctx context.Context, p string) (preview.Image, err
 	if err != nil {
 		return preview.Image{}, err
 	}
-	img, err := preview.Make(data, cfg.Content.preview())
+	img, err := preview.Make(ctx, data, cfg.Content.preview())
 	if errors.Is(err, preview.ErrTooLarge) {
 		err = sandpit.Newf(sandpit.ErrResourceExhausted, "%v", err)
 	}

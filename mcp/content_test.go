@@ -11,7 +11,9 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"maps"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"testing"
 
@@ -300,4 +302,159 @@ func TestPromptListsLibraries(t *testing.T) {
 	if len(out.Languages) != 1 || strings.Join(out.Languages[0].Libraries, ",") != "numpy 1.24.2,pandas 1.5.3" {
 		t.Errorf("list_supported_languages = %+v", out)
 	}
+}
+
+// reviewBomb is the 52-byte WebP of the 2026-12-01 review (H1): a VP8X
+// canvas of 2000×1 around a VP8L frame of 16384×16384 whose pixels cost
+// no bits.
+const reviewBomb = "UklGRiwAAABXRUJQVlA4WAoAAAAAAAAAzwcAAAAAVlA4TA0AAAAv////DyhAkYvc/wIAAA=="
+
+// TestRunContentRefusesImageBombs: a run that writes a WebP whose header
+// hides a 16384² frame gets a link and a reason, not an image block: the
+// server neither decodes the frame nor hands the file to the client.
+func TestRunContentRefusesImageBombs(t *testing.T) {
+	bomb, err := base64.StdEncoding.DecodeString(reviewBomb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiny := bytes.Clone(bomb)
+	copy(tiny[24:27], []byte{0, 0, 0}) // the canvas: 1×1
+	f := contentFixture(t, map[string]map[string][]byte{
+		"wide": {"chart.webp": bomb},
+		"tiny": {"chart.webp": tiny},
+	}, ContentLimits{})
+	for _, code := range []string{"tiny", "wide"} {
+		t.Run(code, func(t *testing.T) {
+			var before, after goruntime.MemStats
+			goruntime.GC()
+			goruntime.ReadMemStats(&before)
+			res := f.call(t, "run_code", map[string]any{"language": "python", "code": code}, nil)
+			goruntime.ReadMemStats(&after)
+			images, links := blocks(res)
+			if len(images) != 0 {
+				t.Errorf("%d image blocks (%s, %d bytes of base64), want none", len(images), images[0].MIMEType, len(images[0].Data))
+			}
+			if len(links) != 1 || links[0].URI != "sandbox://workspace/chart.webp" {
+				t.Errorf("links %+v, want chart.webp", links)
+			}
+			if !strings.Contains(text(res), "image not shown: chart.webp") {
+				t.Errorf("text lacks the reason: %s", text(res))
+			}
+			// The frame is 1 GiB decoded; the call may allocate a few MiB.
+			if n := after.TotalAlloc - before.TotalAlloc; n > 32<<20 {
+				t.Errorf("the call allocated %d MiB", n>>20)
+			}
+		})
+	}
+}
+
+// TestRunLinksEscapeNames: a resource link's name is text the model and a
+// client's UI read, so a file name with a newline, an escape sequence or a
+// bidi override is printed as textName prints it; the URI keeps the exact
+// name, percent-encoded, for resources/read.
+func TestRunLinksEscapeNames(t *testing.T) {
+	evil := []string{"a.csv\nimage chart.png: 640×480", "x\x1b[2J.txt", "report\u202etxt.exe", "b\u2066c\u2069.json", "cr\rlf.log", "bad\xffutf8.txt"}
+	files := map[string][]byte{}
+	for _, n := range evil {
+		files[n] = []byte("x")
+	}
+	f := contentFixture(t, map[string]map[string][]byte{"evil": files}, ContentLimits{})
+	res := f.call(t, "run_code", map[string]any{"language": "python", "code": "evil"}, nil)
+	if res.IsError {
+		t.Fatal(text(res))
+	}
+	_, links := blocks(res)
+	if len(links) != len(evil) {
+		t.Fatalf("%d links, want %d: %s", len(links), len(evil), text(res))
+	}
+	byURI := map[string]string{}
+	for _, n := range evil {
+		byURI[workspaceURI(n)] = n
+	}
+	for _, l := range links {
+		n, ok := byURI[l.URI]
+		if !ok {
+			t.Errorf("link %q names no file the run wrote", l.URI)
+			continue
+		}
+		for field, v := range map[string]string{"name": l.Name, "title": l.Title, "description": l.Description} {
+			if !safeText(v) {
+				t.Errorf("link %s: %s %q holds a control or format character", l.URI, field, v)
+			}
+		}
+		if l.Name != textName(n) {
+			t.Errorf("link %s: name %q, want %q", l.URI, l.Name, textName(n))
+		}
+	}
+}
+
+// noisePNG is a w×h PNG of RGB noise: it does not compress, so each one is
+// about 3·w·h bytes (590² is just under 1 MiB).
+func noisePNG(t testing.TB, w, h int, seed byte) []byte {
+	t.Helper()
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	x := uint32(seed) + 1
+	for i := range img.Pix {
+		if i%4 == 3 {
+			img.Pix[i] = 255
+			continue
+		}
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		img.Pix[i] = byte(x)
+	}
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// TestRunResultWithinBudget: eight noise images of just under 1 MiB each
+// made an 11.1 MB run_code result, which a TypeScript client dropped the
+// connection over. The result stays within MaxResultBytes: fewer images
+// (the rest linked), then fewer links, and the text says so.
+func TestRunResultWithinBudget(t *testing.T) {
+	noise := map[string][]byte{}
+	for i := range 8 {
+		noise[fmt.Sprintf("noise%d.png", i)] = noisePNG(t, 590, 590, byte(i))
+	}
+	long := map[string][]byte{}
+	for i := range 1500 {
+		d := strings.Repeat("n", 250) // a path of 1,000 bytes, names within 255
+		long[fmt.Sprintf("%s/%s/%s/%04d.txt", d, d, d, i)] = nil
+	}
+	maps.Copy(long, noise)
+	f := contentFixture(t, map[string]map[string][]byte{"noise": noise, "long": long}, ContentLimits{MaxLinks: 2000})
+
+	t.Run("images", func(t *testing.T) {
+		res := f.call(t, "run_code", map[string]any{"language": "python", "code": "noise"}, nil)
+		images, links := blocks(res)
+		t.Logf("%d images, %d links, %d bytes", len(images), len(links), resultBytes(t, res))
+		if n := resultBytes(t, res); n > MaxResultBytes {
+			t.Errorf("result is %d bytes, over %d", n, MaxResultBytes)
+		}
+		if len(images) == 0 || len(images) == 8 || len(images)+len(links) != 8 {
+			t.Errorf("%d images and %d links, want some of the 8 shown and the rest linked", len(images), len(links))
+		}
+		want := fmt.Sprintf("%d images not shown", 8-len(images))
+		if !strings.Contains(text(res), want) || !strings.Contains(text(res), "result budget") {
+			t.Errorf("text lacks %q and the budget: %s", want, text(res))
+		}
+	})
+	t.Run("links", func(t *testing.T) {
+		res := f.call(t, "run_code", map[string]any{"language": "python", "code": "long"}, nil)
+		images, links := blocks(res)
+		t.Logf("%d images, %d links, %d bytes", len(images), len(links), resultBytes(t, res))
+		if n := resultBytes(t, res); n > MaxResultBytes {
+			t.Errorf("result is %d bytes, over %d", n, MaxResultBytes)
+		}
+		if len(images)+len(links) >= 1508 || len(links) == 0 {
+			t.Errorf("%d images and %d links of 1508 files", len(images), len(links))
+		}
+		if !strings.Contains(text(res), "files not linked") || !strings.Contains(text(res), "result budget") {
+			t.Errorf("text lacks the links left out: %.2000s", text(res))
+		}
+	})
 }

@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -50,45 +51,87 @@ type FileEntry struct {
 type ListFilesArgs struct {
 	Path      string `json:"path,omitempty" jsonschema:"directory to list, relative to the workspace root (default: the root)"`
 	Recursive bool   `json:"recursive,omitempty" jsonschema:"list subdirectories too"`
+	Offset    int    `json:"offset,omitempty" jsonschema:"entries to skip: the next_offset of the page before (default 0)"`
 }
 
 // ListFilesResult is list_files' structured output.
 type ListFilesResult struct {
 	Path      string      `json:"path"`
 	Entries   []FileEntry `json:"entries"`
-	Truncated bool        `json:"truncated" jsonschema:"true when there were more entries than shown; list a subdirectory"`
+	Truncated bool        `json:"truncated" jsonschema:"true when there are more entries than shown: page on with next_offset, or list a subdirectory"`
+	// Total, More and NextOffset page through a listing too large for one
+	// result (maxListingBytes).
+	Total      int `json:"total" jsonschema:"entries in the listing (up to the workspace's listing cap)"`
+	More       int `json:"more,omitempty" jsonschema:"entries after this page"`
+	NextOffset int `json:"next_offset,omitempty" jsonschema:"offset of the next page, when more is not 0"`
 }
+
+// maxListingBytes bounds one list_files page: its entries as structured
+// content and as text, JSON-encoded. 5,000 entries of 200-byte names were
+// 1.6 MB in one result.
+const maxListingBytes = 256 << 10
 
 func listFilesTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	tool := mcpgo.NewTool("list_files",
-		mcpgo.WithDescription("List files in the workspace (mounted at /workspace in every run) with type, size and modification time. Paths are relative to the workspace root."),
+		mcpgo.WithDescription(fmt.Sprintf("List files in the workspace (mounted at /workspace in every run) with type, size and modification time. Paths are relative to the workspace root. A page holds at most %d KiB of entries: when more is not 0, call again with offset=next_offset.", maxListingBytes>>10)),
 		mcpgo.WithInputSchema[ListFilesArgs](),
 		mcpgo.WithOutputSchema[ListFilesResult](),
 		mcpgo.WithReadOnlyHintAnnotation(true),
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
 	return tool, handle(cfg, tool, func(ctx context.Context, a ListFilesArgs) (any, string, error) {
+		if a.Offset < 0 {
+			return nil, "", argErrorf("offset must not be negative")
+		}
 		ls, err := cfg.Files.List(ctx, a.Path, a.Recursive)
 		if err != nil {
 			return nil, "", err
 		}
-		out := ListFilesResult{Path: a.Path, Entries: []FileEntry{}, Truncated: ls.Truncated}
+		out := ListFilesResult{Path: a.Path, Entries: []FileEntry{}, Total: len(ls.Entries)}
 		if out.Path == "" {
 			out.Path = "."
 		}
 		var b strings.Builder
-		for _, e := range ls.Entries {
-			out.Entries = append(out.Entries, FileEntry{Path: e.Path, Type: e.Type, Size: e.Size, MTime: e.ModTime.UTC()})
-			fmt.Fprintf(&b, "%-7s %10d  %s  %s\n", e.Type, e.Size, e.ModTime.UTC().Format(time.RFC3339), textName(e.Path))
+		size, next := 0, min(a.Offset, len(ls.Entries))
+		for _, e := range ls.Entries[next:] {
+			fe := FileEntry{Path: e.Path, Type: e.Type, Size: e.Size, MTime: e.ModTime.UTC()}
+			line := fmt.Sprintf("%-7s %10d  %s  %s\n", e.Type, e.Size, e.ModTime.UTC().Format(time.RFC3339), textName(e.Path))
+			n := jsonLen(fe) + jsonLen(line)
+			if size+n > maxListingBytes && len(out.Entries) > 0 {
+				break
+			}
+			size += n
+			next++
+			out.Entries = append(out.Entries, fe)
+			b.WriteString(line)
 		}
-		if len(ls.Entries) == 0 {
+		if out.More = len(ls.Entries) - next; out.More > 0 {
+			out.NextOffset = next
+		}
+		out.Truncated = out.More > 0 || ls.Truncated
+		switch {
+		case len(ls.Entries) == 0:
 			b.WriteString("(empty)\n")
+		case len(out.Entries) == 0:
+			fmt.Fprintf(&b, "(offset %d is past the last of %d entries)\n", a.Offset, len(ls.Entries))
+		}
+		if out.More > 0 {
+			fmt.Fprintf(&b, "(and %d more: list_files with offset=%d shows the next page)\n", out.More, out.NextOffset)
 		}
 		if ls.Truncated {
-			b.WriteString("(truncated: list a subdirectory to see more)\n")
+			fmt.Fprintf(&b, "(the listing stops at %d entries: list a subdirectory to see more)\n", len(ls.Entries))
 		}
 		return out, b.String(), nil
 	})
+}
+
+// jsonLen is the length of v JSON-encoded (0 when it does not encode).
+func jsonLen(v any) int {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return 0
+	}
+	return len(b)
 }
 
 // ReadFileArgs are read_file's arguments.
@@ -119,7 +162,7 @@ type ImageInfo struct {
 	Height       int    `json:"height"`
 	SourceWidth  int    `json:"source_width" jsonschema:"of the file"`
 	SourceHeight int    `json:"source_height"`
-	Scaled       bool   `json:"scaled" jsonschema:"true when the image shown is scaled down or re-encoded from the file"`
+	Scaled       bool   `json:"scaled" jsonschema:"true when the image shown is smaller than the file (it is always re-encoded from the decoded pixels)"`
 }
 
 func readFileTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {

@@ -2,10 +2,15 @@ package mcp
 
 import (
 	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandpit-dev/sandpit/store/snapshot"
 	"github.com/sandpit-dev/sandpit/store/workspace"
@@ -142,4 +147,76 @@ func TestSnapshotTools(t *testing.T) {
 	if len(list.Snapshots) != 0 {
 		t.Errorf("list after delete = %+v", list)
 	}
+}
+
+// TestListFilesBoundedAndPaged: a listing of thousands of long names (1.23
+// MB in one result before) stops at maxListingBytes with a count of what
+// is left and the offset to go on from; paging returns every entry once.
+func TestListFilesBoundedAndPaged(t *testing.T) {
+	f, ws := workspaceFixture(t)
+	const n = 3000
+	want := map[string]bool{}
+	for i := range n {
+		name := fmt.Sprintf("%04d-%s.csv", i, strings.Repeat("x", 200))
+		if err := os.WriteFile(filepath.Join(ws.Dir(), name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		want[name] = true
+	}
+	seen := map[string]bool{}
+	offset, pages := 0, 0
+	for {
+		var ls ListFilesResult
+		args := map[string]any{}
+		if offset > 0 {
+			args["offset"] = offset
+		}
+		res := f.call(t, "list_files", args, &ls)
+		if res.IsError {
+			t.Fatalf("list_files offset %d: %s", offset, text(res))
+		}
+		size := resultBytes(t, res)
+		if size > maxListingBytes+16<<10 {
+			t.Fatalf("page at offset %d is %d bytes, over %d", offset, size, maxListingBytes)
+		}
+		for _, e := range ls.Entries {
+			if seen[e.Path] {
+				t.Errorf("%s listed twice", e.Path)
+			}
+			seen[e.Path] = true
+		}
+		pages++
+		if ls.More == 0 {
+			if ls.NextOffset != 0 || ls.Truncated {
+				t.Errorf("last page: next_offset %d, truncated %v", ls.NextOffset, ls.Truncated)
+			}
+			break
+		}
+		if !ls.Truncated || ls.NextOffset != offset+len(ls.Entries) || ls.Total != n || ls.More != n-ls.NextOffset {
+			t.Fatalf("page at %d: %d entries, truncated %v, next_offset %d, more %d, total %d", offset, len(ls.Entries), ls.Truncated, ls.NextOffset, ls.More, ls.Total)
+		}
+		if hint := fmt.Sprintf("and %d more: list_files with offset=%d", ls.More, ls.NextOffset); !strings.Contains(text(res), hint) {
+			t.Errorf("text lacks %q", hint)
+		}
+		offset = ls.NextOffset
+	}
+	if len(seen) != n || pages < 2 {
+		t.Errorf("%d entries in %d pages, want %d in several", len(seen), pages, n)
+	}
+	for name := range want {
+		if !seen[name] {
+			t.Errorf("%s never listed", name)
+			break
+		}
+	}
+}
+
+// resultBytes is the size of res as the client receives it.
+func resultBytes(t *testing.T, res *mcpgo.CallToolResult) int {
+	t.Helper()
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(b)
 }

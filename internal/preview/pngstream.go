@@ -3,41 +3,45 @@ package preview
 import (
 	"bytes"
 	"compress/zlib"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"image"
 	"io"
 )
 
+// pxChunk is how many pixels of a row are converted to RGBA at a time.
+const pxChunk = 4096
+
+// streamCost is what scalePNG allocates for h scaled to tw×th: two rows of
+// the input (the PNG filter needs the previous one), a chunk of converted
+// pixels, a row of sums and the output. Make checks it against the budget
+// before scalePNG allocates anything.
+func streamCost(h *pngHeader, tw, th int) int64 {
+	return 2*(1+h.rowBytes()) + 4*pxChunk + 40*int64(tw) + 4*int64(tw)*int64(th)
+}
+
 // scalePNG scales a non-interlaced PNG to tw×th with a box filter, one input
-// row at a time: memory is one row of the input, two of the PNG filter and
-// the output, whatever the input's size. image/png would hold the whole
-// decoded image (400 MB for a 10,000² RGBA chart).
-func scalePNG(data []byte, tw, th int) (*image.RGBA, error) {
-	h, err := readPNGHeader(data)
-	if err != nil {
-		return nil, err
-	}
+// row at a time: memory is streamCost, two rows of the input and the output,
+// whatever the input's height. image/png would hold the whole decoded image
+// (400 MB for a 10,000² RGBA chart). It checks ctx between rows.
+func scalePNG(ctx context.Context, h *pngHeader, tw, th int) (*image.RGBA, error) {
 	if h.interlace != 0 {
 		return nil, fmt.Errorf("%w: an interlaced PNG of %d×%d", ErrTooLarge, h.width, h.height)
 	}
-	z, err := zlib.NewReader(h.idat)
+	z, err := zlib.NewReader(h.idat())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrFormat, err)
 	}
 	defer z.Close()
 
 	w, hh := h.width, h.height
-	rowBytes := (w*h.channels*h.depth + 7) / 8
+	rowBytes := h.rowBytes()
 	bpp := max(1, h.channels*h.depth/8) // bytes per complete pixel, for the filters
 	cur, prev := make([]byte, 1+rowBytes), make([]byte, 1+rowBytes)
-	px := make([]uint8, 4*w) // one row as non-premultiplied RGBA
+	px := make([]uint8, 4*min(w, pxChunk)) // part of a row as non-premultiplied RGBA
 	sums := make([]uint64, 4*tw)
 	counts := make([]uint64, tw)
-	col := make([]int, w) // output column of each input column
-	for x := range col {
-		col[x] = x * tw / w
-	}
 	dst := image.NewRGBA(image.Rect(0, 0, tw, th))
 	outRow := 0
 	flush := func() {
@@ -55,27 +59,34 @@ func scalePNG(data []byte, tw, th int) (*image.RGBA, error) {
 		}
 	}
 	for y := 0; y < hh; y++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		if _, err := io.ReadFull(z, cur); err != nil {
 			return nil, fmt.Errorf("%w: row %d of %d: %v", ErrFormat, y, hh, err)
 		}
 		if err := unfilter(cur[0], cur[1:], prev[1:], bpp); err != nil {
 			return nil, err
 		}
-		h.row(cur[1:], px)
 		if oy := y * th / hh; oy != outRow {
 			flush()
 			outRow = oy
 		}
-		for x := 0; x < w; x++ {
-			p := px[4*x : 4*x+4 : 4*x+4]
-			a := uint64(p[3])
-			o := 4 * col[x]
-			// Premultiplied, so transparent pixels add no colour.
-			sums[o] += uint64(p[0]) * a / 255
-			sums[o+1] += uint64(p[1]) * a / 255
-			sums[o+2] += uint64(p[2]) * a / 255
-			sums[o+3] += a
-			counts[col[x]]++
+		for x0 := 0; x0 < w; x0 += pxChunk {
+			x1 := min(w, x0+pxChunk)
+			h.row(cur[1:], px, x0, x1)
+			for x := x0; x < x1; x++ {
+				p := px[4*(x-x0) : 4*(x-x0)+4 : 4*(x-x0)+4]
+				a := uint64(p[3])
+				ox := int(int64(x) * int64(tw) / int64(w))
+				o := 4 * ox
+				// Premultiplied, so transparent pixels add no colour.
+				sums[o] += uint64(p[0]) * a / 255
+				sums[o+1] += uint64(p[1]) * a / 255
+				sums[o+2] += uint64(p[2]) * a / 255
+				sums[o+3] += a
+				counts[ox]++
+			}
 		}
 		cur, prev = prev, cur
 	}
@@ -89,19 +100,32 @@ type pngHeader struct {
 	colorType       byte
 	interlace       byte
 	palette         [][4]uint8
-	idat            io.Reader
+	idats           [][]byte
+}
+
+// rowBytes is the length of one unfiltered row.
+func (h *pngHeader) rowBytes() int64 {
+	return (int64(h.width)*int64(h.channels)*int64(h.depth) + 7) / 8
+}
+
+// idat reads the image data, the IDAT chunks joined (nothing is copied).
+func (h *pngHeader) idat() io.Reader {
+	rs := make([]io.Reader, len(h.idats))
+	for i, b := range h.idats {
+		rs[i] = bytes.NewReader(b)
+	}
+	return io.MultiReader(rs...)
 }
 
 var pngMagic = []byte("\x89PNG\r\n\x1a\n")
 
 // readPNGHeader walks the chunks: IHDR, PLTE and tRNS are kept, the IDAT
-// chunks joined into one reader over data (nothing is copied).
+// chunks noted (slices of data, nothing is copied).
 func readPNGHeader(data []byte) (*pngHeader, error) {
 	if !bytes.HasPrefix(data, pngMagic) {
 		return nil, fmt.Errorf("%w: no PNG signature", ErrFormat)
 	}
 	h := &pngHeader{}
-	var idat []io.Reader
 	rest := data[len(pngMagic):]
 	for len(rest) >= 12 {
 		n := binary.BigEndian.Uint32(rest)
@@ -111,6 +135,9 @@ func readPNGHeader(data []byte) (*pngHeader, error) {
 		}
 		body := rest[8 : 8+n]
 		rest = rest[12+n:]
+		if (typ == "IHDR") != (h.channels == 0) {
+			return nil, fmt.Errorf("%w: IHDR is not the first chunk, or not the only one", ErrFormat)
+		}
 		switch typ {
 		case "IHDR":
 			if n != 13 {
@@ -146,18 +173,17 @@ func readPNGHeader(data []byte) (*pngHeader, error) {
 				}
 			}
 		case "IDAT":
-			idat = append(idat, bytes.NewReader(body))
+			h.idats = append(h.idats, body)
 		case "IEND":
 			rest = nil
 		}
 	}
-	if h.channels == 0 || len(idat) == 0 {
+	if h.channels == 0 || len(h.idats) == 0 {
 		return nil, fmt.Errorf("%w: no IHDR or no image data", ErrFormat)
 	}
 	if h.colorType == 3 && len(h.palette) == 0 {
 		return nil, fmt.Errorf("%w: palette image without a palette", ErrFormat)
 	}
-	h.idat = io.MultiReader(idat...)
 	return h, nil
 }
 
@@ -223,8 +249,9 @@ func abs(x int) int {
 	return x
 }
 
-// row converts one unfiltered row to non-premultiplied 8-bit RGBA.
-func (h *pngHeader) row(raw []byte, px []uint8) {
+// row converts pixels x0 to x1 of one unfiltered row to non-premultiplied
+// 8-bit RGBA, into px from its start.
+func (h *pngHeader) row(raw []byte, px []uint8, x0, x1 int) {
 	sample := func(i int) uint8 { // the i-th sample of the row, scaled to 8 bits
 		switch h.depth {
 		case 16:
@@ -239,8 +266,8 @@ func (h *pngHeader) row(raw []byte, px []uint8) {
 		}
 		return uint8(int(v) * 255 / (1<<h.depth - 1))
 	}
-	for x := 0; x < h.width; x++ {
-		p := px[4*x : 4*x+4 : 4*x+4]
+	for x := x0; x < x1; x++ {
+		p := px[4*(x-x0) : 4*(x-x0)+4 : 4*(x-x0)+4]
 		switch h.colorType {
 		case 0:
 			g := sample(x)

@@ -119,7 +119,11 @@ func TestScalePNGMatchesReference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := scalePNG(data, size[0], size[1])
+			h, err := readPNGHeader(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := scalePNG(t.Context(), h, size[0], size[1])
 			if err != nil {
 				t.Fatalf("%s %v: %v", tt.name, size, err)
 			}
@@ -192,7 +196,7 @@ func hugePNG(t *testing.T, w, h int, interlace byte) []byte {
 
 func TestMakeHugePNGIsScaledRowByRow(t *testing.T) {
 	data := hugePNG(t, 10000, 10000, 0)
-	got, err := Make(data, DefaultLimits)
+	got, err := Make(t.Context(), data, DefaultLimits)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,6 +219,9 @@ func TestMakeLimits(t *testing.T) {
 	jpeg.Encode(&jpg, small, nil)
 	gif.Encode(&gf, small, nil)
 	wide := image.NewGray(image.Rect(0, 0, 4000, 1000))
+	var inset bytes.Buffer // a first frame of 50×40 on a screen of 300×200
+	frame := image.NewPaletted(image.Rect(10, 10, 60, 50), color.Palette{color.Black, color.White})
+	gif.EncodeAll(&inset, &gif.GIF{Image: []*image.Paletted{frame}, Delay: []int{0}, Config: image.Config{ColorModel: frame.Palette, Width: 300, Height: 200}})
 
 	tests := []struct {
 		name     string
@@ -226,20 +233,21 @@ func TestMakeLimits(t *testing.T) {
 		wantErr  error
 		maxBytes int
 	}{
-		{name: "small png passes through", data: encodePNG(t, small), limits: DefaultLimits, w: 300, h: 200, mime: "image/png"},
-		{name: "jpeg passes through", data: jpg.Bytes(), limits: DefaultLimits, w: 300, h: 200, mime: "image/jpeg"},
-		{name: "gif passes through", data: gf.Bytes(), limits: DefaultLimits, w: 300, h: 200, mime: "image/gif"},
+		{name: "small png re-encoded", data: encodePNG(t, small), limits: DefaultLimits, w: 300, h: 200, mime: "image/png"},
+		{name: "jpeg re-encoded as jpeg", data: jpg.Bytes(), limits: DefaultLimits, w: 300, h: 200, mime: "image/jpeg"},
+		{name: "gif re-encoded as png", data: gf.Bytes(), limits: DefaultLimits, w: 300, h: 200, mime: "image/png"},
+		{name: "gif written with a frame offset on a larger screen", data: inset.Bytes(), limits: DefaultLimits, w: 300, h: 200, mime: "image/png"},
 		{name: "wide is scaled to the edge", data: encodePNG(t, wide), limits: DefaultLimits, w: 1568, h: 392, mime: "image/png", scaled: true},
-		{name: "too many bytes: re-encoded smaller", data: encodePNG(t, small), limits: Limits{MaxEdge: 1568, MaxBytes: 20000, MaxPixels: 1 << 20}, mime: "image/jpeg", scaled: true, maxBytes: 20000},
-		{name: "over the pixel cap and not PNG", data: jpg.Bytes(), limits: Limits{MaxEdge: 100, MaxBytes: 1 << 20, MaxPixels: 1000, MaxStreamPixels: 1 << 30}, wantErr: ErrTooLarge},
-		{name: "interlaced PNG over the cap", data: hugePNG(t, 2000, 2000, 1), limits: Limits{MaxEdge: 100, MaxBytes: 1 << 20, MaxPixels: 1000, MaxStreamPixels: 1 << 30}, wantErr: ErrTooLarge},
-		{name: "PNG over the stream cap", data: hugePNG(t, 3000, 3000, 0), limits: Limits{MaxEdge: 100, MaxBytes: 1 << 20, MaxPixels: 1000, MaxStreamPixels: 1_000_000}, wantErr: ErrTooLarge},
+		{name: "too many bytes: re-encoded smaller", data: encodePNG(t, small), limits: Limits{MaxEdge: 1568, MaxBytes: 20000, MaxDecodeBytes: 8 << 20}, mime: "image/jpeg", scaled: true, maxBytes: 20000},
+		{name: "over the decode budget and not PNG", data: jpg.Bytes(), limits: Limits{MaxEdge: 100, MaxBytes: 1 << 20, MaxDecodeBytes: 100_000, MaxStreamPixels: 1 << 30}, wantErr: ErrTooLarge},
+		{name: "interlaced PNG over the budget", data: hugePNG(t, 2000, 2000, 1), limits: Limits{MaxEdge: 100, MaxBytes: 1 << 20, MaxDecodeBytes: 1 << 20, MaxStreamPixels: 1 << 30}, wantErr: ErrTooLarge},
+		{name: "PNG over the stream cap", data: hugePNG(t, 3000, 3000, 0), limits: Limits{MaxEdge: 100, MaxBytes: 1 << 20, MaxDecodeBytes: 1 << 20, MaxStreamPixels: 1_000_000}, wantErr: ErrTooLarge},
 		{name: "not an image", data: []byte("hello"), limits: DefaultLimits, wantErr: ErrFormat},
-		{name: "truncated PNG", data: hugePNG(t, 3000, 3000, 0)[:200], limits: Limits{MaxEdge: 100, MaxBytes: 1 << 20, MaxPixels: 1000, MaxStreamPixels: 1 << 30}, wantErr: ErrFormat},
+		{name: "truncated PNG", data: hugePNG(t, 3000, 3000, 0)[:200], limits: Limits{MaxEdge: 100, MaxBytes: 1 << 20, MaxDecodeBytes: 1 << 20, MaxStreamPixels: 1 << 30}, wantErr: ErrFormat},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Make(tt.data, tt.limits)
+			got, err := Make(t.Context(), tt.data, tt.limits)
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) {
 					t.Fatalf("Make() = %v, want %v", err, tt.wantErr)
