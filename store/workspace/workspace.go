@@ -214,7 +214,7 @@ func Open(dir string, opts Options) (*Workspace, error) {
 	w.overlay, err = w.probeOverlay()
 	if err != nil {
 		if opts.RequireOverlay {
-			return nil, sandpit.WithHint(fmt.Errorf("workspace %s: per-run overlays are required but unavailable: %w", abs, err), "run as root, or drop the requirement")
+			return nil, sandpit.WithHint(fmt.Errorf("workspace %s: %w: %w", abs, ErrNoOverlay, err), "run as root, or drop the requirement")
 		}
 		w.log.Warn("runs bind the workspace directly: no per-run quota, changes are visible while the run writes", "reason", err)
 	}
