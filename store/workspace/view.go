@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -280,6 +281,7 @@ type overlayView struct {
 	m     *runMount
 	k     *keeper     // the session's keeper, if any (keep.go)
 	fp    fingerprint // the workspace when m was mounted (with k only)
+	gone  atomic.Bool // WritersGone: the spare may keep it
 
 	once    sync.Once
 	changes *sandpit.Changes
@@ -287,6 +289,13 @@ type overlayView struct {
 }
 
 func (v *overlayView) Dir() string { return v.m.merged }
+
+// WritersGone tells the view that no process of its run can write through
+// it any more (the run's sandbox exited, and with its init every process of
+// its pid namespace). Only such a view is kept as the workspace's spare for
+// the next run (keep.go); without it, Close releases the view. Call it
+// before Close.
+func (v *overlayView) WritersGone() { v.gone.Store(true) }
 
 // Close unmounts the overlay, merges the run's changes into the workspace
 // (see merge.go: all of them or none, the exclusive lock held only to apply

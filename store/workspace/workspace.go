@@ -185,7 +185,7 @@ func Open(dir string, opts Options) (*Workspace, error) {
 		return nil, fmt.Errorf("workspace %s is not a directory (is it a symlink?)", abs)
 	}
 	w := &Workspace{dir: abs, opts: opts, log: opts.Logger.With("workspace", abs), used: -1}
-	w.spare = &keeper{w: w}
+	w.spare = &keeper{w: w, spare: true}
 	if w.data, w.runsHost, err = openHostLocks(opts.LockDir, abs); err != nil {
 		return nil, fmt.Errorf("workspace %s: host locks: %w", abs, err)
 	}
