@@ -61,9 +61,13 @@ func (w *Workspace) Open(ctx context.Context, runID string) (sandpit.View, error
 }
 
 // Close releases the view kept for the next run (keep.go); views closed
-// afterwards are released, not kept. Call it once no run will start.
+// afterwards are released, not kept. It also removes the workspace's host
+// lock files if no process holds them (a later lock makes them again).
+// Call it once no run will start.
 func (w *Workspace) Close() {
 	w.spare.Release()
+	w.data.release()
+	w.runsHost.release()
 }
 
 // open is Open for a run, or for a call of a session whose views k keeps.

@@ -186,7 +186,7 @@ func Open(dir string, opts Options) (*Workspace, error) {
 	}
 	w := &Workspace{dir: abs, opts: opts, log: opts.Logger.With("workspace", abs), used: -1}
 	w.spare = &keeper{w: w, spare: true}
-	if w.data, w.runsHost, err = openHostLocks(opts.LockDir, abs); err != nil {
+	if w.data, w.runsHost, err = openHostLocks(opts.LockDir, abs, w.log); err != nil {
 		return nil, fmt.Errorf("workspace %s: host locks: %w", abs, err)
 	}
 	if w.opts.Owner == (Owner{}) {
