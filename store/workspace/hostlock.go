@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -58,7 +59,7 @@ func openHostLocks(dir, workspace string, log *slog.Logger) (data, runs *hostLoc
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := makeLockDir(dir); err != nil {
 		return nil, nil, err
 	}
 	sweepHostLocks(dir)
@@ -125,9 +126,22 @@ func isAt(fd int, p string) bool {
 	return a.Dev == b.Dev && a.Ino == b.Ino
 }
 
+// makeLockDir makes the lock dir private, and whatever it makes above it
+// traversable: as root that is /run/sandpit, which also holds the image
+// roots that every sandbox's user must traverse.
+func makeLockDir(dir string) error {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return nil
+}
+
 // reopen opens (making it if need be) the file at l.path in place of l.f.
 func (l *hostLock) reopen() error {
-	if err := os.MkdirAll(filepath.Dir(l.path), 0o700); err != nil {
+	if err := makeLockDir(filepath.Dir(l.path)); err != nil {
 		return err
 	}
 	f, err := os.OpenFile(l.path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)

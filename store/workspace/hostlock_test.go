@@ -176,3 +176,31 @@ func TestHostLockRemovalKeepsOneOwner(t *testing.T) {
 		t.Errorf("%d times two owners held the exclusive lock at once", n)
 	}
 }
+
+// The lock dir is private, but the directories made above it are not: as
+// root it is /run/sandpit/locks, and /run/sandpit also holds the image
+// roots every sandbox's user must traverse. A lock dir made first, with
+// its parents 0700, broke every run on the host ("remount-private …
+// permission denied").
+func TestHostLockDirParentsStayTraversable(t *testing.T) {
+	base := t.TempDir()
+	locks := filepath.Join(base, "run", "sandpit", "locks")
+	w, err := Open(filepath.Join(base, "ws"), Options{LockDir: locks, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for dir, want := range map[string]os.FileMode{
+		filepath.Join(base, "run"):            0o711,
+		filepath.Join(base, "run", "sandpit"): 0o711,
+		locks:                                 0o700,
+	} {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().Perm(); got != want {
+			t.Errorf("%s: mode %o, want %o", dir, got, want)
+		}
+	}
+}
