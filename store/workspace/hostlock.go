@@ -238,6 +238,14 @@ func (l *hostLock) release() {
 	}
 }
 
+// close closes the lock's file and removes it if no process holds it.
+func (l *hostLock) close() {
+	if l != nil {
+		l.f.Close()
+		removeUnheld(l.path)
+	}
+}
+
 // lock, unlock, rlock and runlock take mu and its host lock together.
 func (w *Workspace) lock() {
 	w.mu.Lock()

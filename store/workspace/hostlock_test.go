@@ -109,6 +109,13 @@ func TestHostLockFilesDoNotPileUp(t *testing.T) {
 	if got := lockFiles(); len(got) != 0 {
 		t.Errorf("%d workspaces opened and closed left %d lock files: %.3q…", n, len(got), got)
 	}
+	// An Open that fails (here: overlays required, no state dir) leaves none.
+	if _, err := Open(filepath.Join(base, "refused"), Options{LockDir: locks, RequireOverlay: true, Logger: slog.New(slog.DiscardHandler)}); !errors.Is(err, ErrNoOverlay) {
+		t.Fatalf("Open without a state dir, overlays required: %v, want ErrNoOverlay", err)
+	}
+	if got := lockFiles(); len(got) != 0 {
+		t.Errorf("a failed Open left %d lock files: %q", len(got), got)
+	}
 
 	// A process killed while it had workspaces open: it never closed them.
 	var killed []*Workspace

@@ -170,7 +170,7 @@ const inodeSlack = 1024
 // Open opens (creating it if needed) the workspace at dir. It finishes or
 // rolls back an interrupted Replace and decides whether runs get an overlay
 // with a quota or, when mounting is impossible, a direct bind.
-func Open(dir string, opts Options) (*Workspace, error) {
+func Open(dir string, opts Options) (_ *Workspace, err error) {
 	opts.defaults()
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -189,6 +189,14 @@ func Open(dir string, opts Options) (*Workspace, error) {
 	if w.data, w.runsHost, err = openHostLocks(opts.LockDir, abs, w.log); err != nil {
 		return nil, fmt.Errorf("workspace %s: host locks: %w", abs, err)
 	}
+	defer func() {
+		// A failed Open leaves no lock file behind (unless another
+		// process holds it).
+		if err != nil {
+			w.data.close()
+			w.runsHost.close()
+		}
+	}()
 	if w.opts.Owner == (Owner{}) {
 		var st unix.Stat_t
 		if err := unix.Stat(abs, &st); err != nil {
