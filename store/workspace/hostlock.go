@@ -39,7 +39,7 @@ type hostLock struct {
 	shared int
 }
 
-// lockSuffixes name a workspace's two lock files; lockPrefix starts them.
+// A workspace's two lock files: lockPrefix, a digest of its path, a suffix.
 const (
 	lockPrefix     = "workspace-"
 	dataLockSuffix = ".data.lock"
