@@ -107,6 +107,13 @@ func (r *Runtime) Run(ctx context.Context, req sandpit.Request) (*sandpit.Result
 		out, err = r.runCold(ctx, client, img, id, lang, req, view, deadline)
 	}
 	if view != nil {
+		if g, ok := view.(interface{ WritersGone() }); ok && err == nil {
+			// The run's sandbox exited, its init and with it every process
+			// of its pid namespace: the workspace may keep the view for the
+			// next run. After an error it may still be alive (a dead shim,
+			// no exit after SIGKILL): the view is released (review L3).
+			g.WritersGone()
+		}
 		// Changes land whatever the status; a failed merge is a server error.
 		changes, cerr := view.Close(context.WithoutCancel(ctx))
 		if cerr != nil && err == nil {

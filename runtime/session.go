@@ -766,7 +766,12 @@ func (m *sessions) openView(s *session, ws sandpit.Workspace, ctx context.Contex
 	m.mu.Lock()
 	if s.gone != "" {
 		m.mu.Unlock()
-		return ws.Open(ctx, id)
+		// Its sandbox is being destroyed, perhaps not yet: the view must
+		// not become the workspace's spare for the next run (review L3).
+		// A released keeper keeps nothing.
+		k := kw.NewKeeper()
+		k.Release()
+		return k.Open(ctx, id)
 	}
 	var old sandpit.ViewKeeper
 	if s.keeper == nil || s.keeperOf != ws {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/host"
 	"github.com/sandpit-dev/sandpit/mcp"
 	"github.com/sandpit-dev/sandpit/store/snapshot"
@@ -48,7 +50,8 @@ func workspaceFlags() []cli.Flag {
 		&cli.StringFlag{Name: "snapshot-dir", Value: filepath.Join(dataDir(), "snapshots"), Usage: "content-addressed snapshot store and its index"},
 		&cli.IntFlag{Name: "undo-runs", Value: snapshot.DefaultMaxUndo, Usage: "how many runs undo_last_run can take back"},
 		&cli.StringFlag{Name: "workspace-owner", Usage: "UID:GID that owns the workspace's files on the host (default: the owner of the workspace directory); runs still see them as the sandbox user's (idmapped mounts)"},
-		&cli.BoolFlag{Name: "require-workspace-quota", Usage: "refuse to start when per-run overlays cannot be mounted (instead of binding the workspace without quota)"},
+		&cli.BoolFlag{Name: "require-workspace-quota", Usage: "refuse to start when per-run overlays cannot be mounted (instead of binding the workspace without quota); always so as root, unless --allow-workspace-bind"},
+		&cli.BoolFlag{Name: "allow-workspace-bind", Usage: "as root, let runs write the workspace directly when per-run overlays cannot be mounted (a workspace path with ',', ':' or '\\', no overlay module): no quota, no bounds on what a run brings back, changes visible while it writes"},
 	}
 }
 
@@ -80,6 +83,10 @@ func workspaceConfig(c *cli.Context, cfg *mcp.Config, sandbox workspace.Owner, v
 	if err != nil {
 		return nil, err
 	}
+	// As the host's root, a run that writes the workspace directly writes
+	// it with root's reach over everything beside it: a root server falls
+	// back to that only when told it may (review 2026-12-01, H2).
+	rootDefault := systemWide() && !c.Bool("allow-workspace-bind") && !c.Bool("require-workspace-quota")
 	ws, err := workspace.Open(c.String("workspace"), workspace.Options{
 		StateDir:          viewsDir, // the instance's: no other process touches it
 		Sandbox:           &sandbox,
@@ -90,12 +97,15 @@ func workspaceConfig(c *cli.Context, cfg *mcp.Config, sandbox workspace.Owner, v
 		MaxWorkspaceFiles: c.Int64("workspace-max-files"),
 		MaxFiles:          c.Int64("run-max-files"),
 		MergeTimeout:      c.Duration("merge-timeout"),
-		RequireOverlay:    c.Bool("require-workspace-quota"),
+		RequireOverlay:    c.Bool("require-workspace-quota") || rootDefault,
 		BeforeRun:         snaps.BeforeRun,
 		Logger:            slog.Default(),
 	})
 	if err != nil {
 		snaps.Close()
+		if rootDefault && errors.Is(err, workspace.ErrNoOverlay) {
+			err = sandpit.WithHint(err, "a root server needs per-run overlays: use a workspace path without ',', ':' or '\\' and a kernel with overlay and tmpfs; or accept runs writing the workspace directly (no quota) with --allow-workspace-bind")
+		}
 		return nil, err
 	}
 	if err := ws.Sweep(c.Context); err != nil {

@@ -406,6 +406,9 @@ func TestUndoWithKeptViews(t *testing.T) {
 		if change != nil {
 			change(dir)
 		}
+		if g, ok := v.(interface{ WritersGone() }); ok {
+			g.WritersGone() // as the runtime says once a run's sandbox exited
+		}
 		_, err = v.Close(ctx)
 		must(t, err)
 		return dir

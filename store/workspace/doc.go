@@ -71,7 +71,9 @@
 // workspace directly, with no quota, no bounds on what a run writes and no
 // atomicity, entries that are not regular files or directories are deleted
 // when the run ends, and Open logs this. Options.RequireOverlay refuses
-// instead.
+// instead. Other runs may write the workspace meanwhile, so every walk of it
+// goes by descriptor (walkAt): nothing is listed, statted or removed through
+// a path a run could swap for a symlink out of the workspace.
 //
 // # Views kept for the next call or run
 //

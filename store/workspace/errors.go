@@ -25,6 +25,9 @@ var (
 	// ErrNoUndoState: the state before a run could not be recorded, so the
 	// run did not start (undo_last_run could not have taken it back).
 	ErrNoUndoState = sandpit.Define(sandpit.ErrUnavailable, "the workspace's state before the run could not be recorded for undo_last_run, so the run did not start")
+	// ErrNoOverlay: Options.RequireOverlay, and per-run overlays cannot be
+	// mounted here (Open's error says why).
+	ErrNoOverlay = sandpit.Define(sandpit.ErrUnavailable, "per-run overlays are required but unavailable")
 )
 
 // PathError is a failed operation on one workspace path.

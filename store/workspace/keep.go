@@ -23,9 +23,12 @@ import (
 // millisecond, and a tenth of a warm run's. So a keeper holds the view of a
 // call or run that changed nothing still mounted, and the next one takes it
 // instead of mounting another: each session has a keeper of its own (its
-// calls come one at a time), and the workspace one for all runs (the spare:
-// a run's processes are all gone before its view closes). The next one
-// takes it only when it is indistinguishable from a fresh one:
+// calls come one at a time), and the workspace one for all runs (the spare,
+// which the next run takes whatever sandbox it gets: it keeps a view only
+// when its caller said, with WritersGone, that no process of the run is
+// left to write through it; a run that ended in an error, its sandbox
+// perhaps still alive, has its view released). The next one takes it only
+// when it is indistinguishable from a fresh one:
 //   - its upper dir is still empty (a process a session left running may
 //     have written through it since; then it is released, and those writes
 //     are discarded, as they are when a view is released under them);
@@ -141,9 +144,10 @@ var errTooMany = errors.New("too many entries to fingerprint")
 // errRacy: an entry changed too recently to be fingerprinted.
 var errRacy = errors.New("changed within the racy window")
 
-// keeper holds one session's parked view.
+// keeper holds one session's parked view, or the workspace's spare.
 type keeper struct {
 	w        *Workspace
+	spare    bool // the workspace's: parks only views whose writers are gone
 	mu       sync.Mutex
 	parked   *overlayView
 	released bool
@@ -182,10 +186,10 @@ func (k *keeper) drop() {
 }
 
 // park keeps v mounted if it can be reused: the keeper is open, v was
-// fingerprinted, and its run changed nothing. The caller holds the runs
-// lock (Close).
+// fingerprinted, its run changed nothing, and, for the spare, its writers
+// are gone. The caller holds the runs lock (Close).
 func (k *keeper) park(v *overlayView) bool {
-	if !v.fp.ok || !isEmptyDirOK(v.m.upper) {
+	if k.spare && !v.gone.Load() || !v.fp.ok || !isEmptyDirOK(v.m.upper) {
 		return false
 	}
 	k.mu.Lock()

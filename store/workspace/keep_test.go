@@ -139,6 +139,7 @@ func TestKeeperReusesOnlyUnchangedViews(t *testing.T) {
 					if tc.during != nil {
 						tc.during(t, w, first)
 					}
+					writersGone(v1)
 					ch, err := v1.Close(ctx)
 					mustDo(t, err)
 					if len(ch.Created)+len(ch.Modified)+len(ch.Deleted) != 0 {
@@ -169,6 +170,14 @@ func TestKeeperReusesOnlyUnchangedViews(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// writersGone says, as the runtime does once a run's sandbox exited, that
+// nothing writes through v any more (the spare keeps only such views).
+func writersGone(v sandpit.View) {
+	if g, ok := v.(interface{ WritersGone() }); ok {
+		g.WritersGone()
 	}
 }
 
@@ -299,6 +308,7 @@ func releasedWhileOpen(t *testing.T, w *Workspace, open func(context.Context, st
 	v1, err := open(ctx, "call-1")
 	mustDo(t, err)
 	first := v1.Dir()
+	writersGone(v1)
 	v1.Close(ctx)
 	if !mounted(t, first) {
 		t.Fatal("a call that changed nothing left no kept view")
@@ -366,5 +376,61 @@ func TestFingerprint(t *testing.T) {
 	settle()
 	if fp := w.fingerprint(); fp.ok {
 		t.Errorf("a tree past %d entries was fingerprinted", keepMaxEntries)
+	}
+}
+
+// The workspace's spare view is handed to the next run, whatever sandbox
+// that run gets: a run's view is kept for it only when the caller says no
+// process of the run can write through it any more (WritersGone: its
+// sandbox exited). A run that ended in an error (a dead shim, a sandbox
+// that did not die after SIGKILL) may have left writers behind: its view is
+// released, so their writes never land in the next run's view after the
+// "upper is empty" check (review 2026-12-01, L3). A session's own keeper
+// parks without it: its next call is the same sandbox's, by design.
+func TestSpareKeepsOnlyViewsWhoseWritersAreGone(t *testing.T) {
+	needRoot(t)
+	for _, tc := range []struct {
+		name    string
+		session bool // a session's keeper, not the spare
+		gone    bool // WritersGone before Close
+		reused  bool
+	}{
+		{name: "run with writers maybe alive"},
+		{name: "run with writers gone", gone: true, reused: true},
+		{name: "session call", session: true, reused: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWS(t, Options{Sandbox: &sandboxOwner, Owner: sandboxOwner})
+			if !w.Isolated() {
+				t.Fatal("overlay views unavailable as root")
+			}
+			mustDo2(t)(w.Write(ctx, "a.txt", []byte("a")))
+			settle()
+			open := w.Open
+			if tc.session {
+				k := w.NewKeeper()
+				defer k.Release()
+				open = k.Open
+			}
+			v1, err := open(ctx, "run-1")
+			mustDo(t, err)
+			first := v1.Dir()
+			if tc.gone {
+				writersGone(v1)
+			}
+			_, err = v1.Close(ctx)
+			mustDo(t, err)
+			if got := mounted(t, first); got != tc.reused {
+				t.Errorf("view kept mounted after Close = %v, want %v", got, tc.reused)
+			}
+			v2, err := open(ctx, "run-2")
+			mustDo(t, err)
+			if got := v2.Dir() == first; got != tc.reused {
+				t.Errorf("next view reused = %v, want %v", got, tc.reused)
+			}
+			_, err = v2.Close(ctx)
+			mustDo(t, err)
+		})
 	}
 }

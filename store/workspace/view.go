@@ -13,7 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -61,9 +61,13 @@ func (w *Workspace) Open(ctx context.Context, runID string) (sandpit.View, error
 }
 
 // Close releases the view kept for the next run (keep.go); views closed
-// afterwards are released, not kept. Call it once no run will start.
+// afterwards are released, not kept. It also removes the workspace's host
+// lock files if no process holds them (a later lock makes them again).
+// Call it once no run will start.
 func (w *Workspace) Close() {
 	w.spare.Release()
+	w.data.release()
+	w.runsHost.release()
 }
 
 // open is Open for a run, or for a call of a session whose views k keeps.
@@ -281,6 +285,7 @@ type overlayView struct {
 	m     *runMount
 	k     *keeper     // the session's keeper, if any (keep.go)
 	fp    fingerprint // the workspace when m was mounted (with k only)
+	gone  atomic.Bool // WritersGone: the spare may keep it
 
 	once    sync.Once
 	changes *sandpit.Changes
@@ -288,6 +293,13 @@ type overlayView struct {
 }
 
 func (v *overlayView) Dir() string { return v.m.merged }
+
+// WritersGone tells the view that no process of its run can write through
+// it any more (the run's sandbox exited, and with its init every process of
+// its pid namespace). Only such a view is kept as the workspace's spare for
+// the next run (keep.go); without it, Close releases the view. Call it
+// before Close.
+func (v *overlayView) WritersGone() { v.gone.Store(true) }
 
 // Close unmounts the overlay, merges the run's changes into the workspace
 // (see merge.go: all of them or none, the exclusive lock held only to apply
@@ -349,32 +361,66 @@ func (w *Workspace) openBind() (*bindView, error) {
 	return &bindView{w: w, before: before}, nil
 }
 
+// statAll records every entry of the workspace but sandpit's own
+// temporary ones, by descriptor (walkAt): a run writing the workspace
+// meanwhile cannot make it list a directory outside through a symlink.
 func (w *Workspace) statAll() (map[string]fileID, error) {
 	out := map[string]fileID{}
-	err := filepath.WalkDir(w.dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == w.dir {
-			return nil
+	err := w.walkAt(func(_ int, name, p string, st *unix.Stat_t) bool {
+		if isReserved(name) {
+			return false
 		}
-		if isReserved(d.Name()) {
-			if d.IsDir() {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return nil
-		}
-		rel, _ := filepath.Rel(w.dir, p)
-		st, _ := fi.Sys().(*syscall.Stat_t)
-		id := fileID{size: fi.Size(), mtime: fi.ModTime().UnixNano(), dir: fi.IsDir()}
-		if st != nil {
-			id.ino = st.Ino
-		}
-		out[filepath.ToSlash(rel)] = id
-		return nil
+		isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+		out[p] = fileID{size: st.Size, mtime: st.Mtim.Nano(), ino: st.Ino, dir: isDir}
+		return isDir
 	})
 	return out, err
+}
+
+// bindMaxDepth bounds the directories walkAt descends (and the descriptors
+// it holds at once). Every component takes at least two bytes with its
+// slash, so what lies deeper is past PATH_MAX, where no file tool reaches
+// it either.
+const bindMaxDepth = MaxPathBytes / 2
+
+// walkAt calls fn for every entry of the workspace, depth first, with the
+// descriptor of the directory that listed it, its name and its workspace
+// path; fn says whether to descend into it (a directory). It acts only by
+// descriptor, never by host path: each directory is opened below the
+// descriptor of its parent without following symlinks, so a run that swaps
+// a directory for a symlink while the walk goes on is never followed out of
+// the workspace. Entries that vanish or change type meanwhile are skipped.
+func (w *Workspace) walkAt(fn func(dir int, name, p string, st *unix.Stat_t) bool) error {
+	root, err := unix.Open(w.dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the workspace: %w", err)
+	}
+	defer unix.Close(root)
+	var walk func(fd int, rel string, depth int)
+	walk = func(fd int, rel string, depth int) {
+		names, err := readNames(fd)
+		if err != nil && len(names) == 0 {
+			return
+		}
+		for _, name := range names {
+			var st unix.Stat_t
+			if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				continue
+			}
+			p := join(rel, name)
+			if !fn(fd, name, p, &st) || st.Mode&unix.S_IFMT != unix.S_IFDIR || depth >= bindMaxDepth {
+				continue
+			}
+			child, err := openDirAt(fd, name)
+			if err != nil {
+				continue // swapped for something else since
+			}
+			walk(child, p, depth+1)
+			unix.Close(child)
+		}
+	}
+	walk(root, "", 1)
+	return nil
 }
 
 func (v *bindView) Dir() string { return v.w.dir }
@@ -387,29 +433,29 @@ func (v *bindView) Close(ctx context.Context) (*sandpit.Changes, error) {
 		defer w.unlock()
 		w.used = -1
 		var c changeList
-		// Drop what must never come back: symlinks, FIFOs, sockets, devices.
-		var drop []string
-		filepath.WalkDir(w.dir, func(p string, d fs.DirEntry, err error) error {
-			if err != nil || p == w.dir {
-				return nil
-			}
-			rel, _ := filepath.Rel(w.dir, p)
+		// Drop what must never come back: symlinks, FIFOs, sockets,
+		// devices, reserved names. Another run may be writing the
+		// workspace meanwhile, swapping a directory for a symlink out of
+		// it (review 2026-12-01, H2): each entry is removed relative to
+		// the descriptor of the directory it was listed in, never by host
+		// path, and a reserved directory only through descriptors too.
+		w.walkAt(func(dir int, name, p string, st *unix.Stat_t) bool {
+			t := st.Mode & unix.S_IFMT
 			switch {
-			case isReserved(d.Name()):
-				drop = append(drop, p)
-				c.drop(filepath.ToSlash(rel)+dirSuffix(d.IsDir()), DropReserved)
-				if d.IsDir() {
-					return fs.SkipDir
-				}
-			case !d.IsDir() && !d.Type().IsRegular():
-				drop = append(drop, p)
-				c.drop(filepath.ToSlash(rel), typeName(d.Type()))
+			case isReserved(name):
+				removeAllAt(dir, name)
+				c.drop(p+dirSuffix(t == unix.S_IFDIR), DropReserved)
+				return false
+			case t == unix.S_IFDIR:
+				return true
+			case t != unix.S_IFREG:
+				// Flags 0: a directory swapped in under this name since
+				// is left alone (EISDIR).
+				unix.Unlinkat(dir, name, 0)
+				c.drop(p, typeName(modeType(st.Mode)))
 			}
-			return nil
+			return false
 		})
-		for _, p := range drop {
-			os.RemoveAll(p)
-		}
 		after, err := w.statAll()
 		if err != nil {
 			v.err = err

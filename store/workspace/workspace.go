@@ -170,7 +170,7 @@ const inodeSlack = 1024
 // Open opens (creating it if needed) the workspace at dir. It finishes or
 // rolls back an interrupted Replace and decides whether runs get an overlay
 // with a quota or, when mounting is impossible, a direct bind.
-func Open(dir string, opts Options) (*Workspace, error) {
+func Open(dir string, opts Options) (_ *Workspace, err error) {
 	opts.defaults()
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -185,10 +185,18 @@ func Open(dir string, opts Options) (*Workspace, error) {
 		return nil, fmt.Errorf("workspace %s is not a directory (is it a symlink?)", abs)
 	}
 	w := &Workspace{dir: abs, opts: opts, log: opts.Logger.With("workspace", abs), used: -1}
-	w.spare = &keeper{w: w}
-	if w.data, w.runsHost, err = openHostLocks(opts.LockDir, abs); err != nil {
+	w.spare = &keeper{w: w, spare: true}
+	if w.data, w.runsHost, err = openHostLocks(opts.LockDir, abs, w.log); err != nil {
 		return nil, fmt.Errorf("workspace %s: host locks: %w", abs, err)
 	}
+	defer func() {
+		// A failed Open leaves no lock file behind (unless another
+		// process holds it).
+		if err != nil {
+			w.data.close()
+			w.runsHost.close()
+		}
+	}()
 	if w.opts.Owner == (Owner{}) {
 		var st unix.Stat_t
 		if err := unix.Stat(abs, &st); err != nil {
@@ -214,7 +222,7 @@ func Open(dir string, opts Options) (*Workspace, error) {
 	w.overlay, err = w.probeOverlay()
 	if err != nil {
 		if opts.RequireOverlay {
-			return nil, sandpit.WithHint(fmt.Errorf("workspace %s: per-run overlays are required but unavailable: %w", abs, err), "run as root, or drop the requirement")
+			return nil, sandpit.WithHint(fmt.Errorf("workspace %s: %w: %w", abs, ErrNoOverlay, err), "run as root, or drop the requirement")
 		}
 		w.log.Warn("runs bind the workspace directly: no per-run quota, changes are visible while the run writes", "reason", err)
 	}
