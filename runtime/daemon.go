@@ -105,15 +105,25 @@ func Resolve(ctx context.Context, explicit string, d PrivateDaemon, start bool, 
 		// Slow (a loaded host, a GC or I/O stall), not gone: starting
 		// another would only fight it for its root and sockets.
 		if err := d.await(ctx, pid, log); err != nil {
-			return priv, &UnavailableError{Address: priv, Err: err}
+			return priv, unavailable(priv, err)
 		}
 		log.Info("using sandpit's private containerd", "address", priv)
 		return priv, nil
 	}
 	if err := d.Start(ctx, log); err != nil {
-		return priv, &UnavailableError{Address: priv, Err: err}
+		return priv, unavailable(priv, err)
 	}
 	return priv, nil
+}
+
+// unavailable wraps err in an UnavailableError, keeping err's own hint (a
+// stuck daemon's pid, a missing binary) in front of the generic one.
+func unavailable(addr string, err error) error {
+	var u error = &UnavailableError{Address: addr, Err: err}
+	if hint := sandpit.HintOf(err); hint != "" {
+		u = sandpit.WithHint(u, hint)
+	}
+	return u
 }
 
 // Start launches the private daemon in its own session, so that it outlives

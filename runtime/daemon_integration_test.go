@@ -106,6 +106,9 @@ func TestStuckPrivateContainerdIsNotStartedAgain(t *testing.T) {
 				if !errors.Is(err, sandpit.ErrUnavailable) || !strings.Contains(err.Error(), strconv.Itoa(pid)) {
 					t.Errorf("Resolve beside a stopped daemon: %v, want unavailable naming pid %d", err, pid)
 				}
+				if hint := sandpit.HintOf(err); !strings.Contains(hint, "containerd stop") {
+					t.Errorf("Resolve's hint: %q, want how to end the stuck daemon", hint)
+				}
 			}
 
 			if got := mountsUnder(t, run); !slices.Equal(got, mounts) {
