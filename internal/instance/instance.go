@@ -197,7 +197,7 @@ func (in *Instance) Remove() error {
 	// with the dir while the newcomer holds it, and a third process would
 	// then hold the name too. The tombstone's name starts with a dot, which
 	// no instance name does, so Dead never takes it.
-	tomb, err := os.MkdirTemp(filepath.Dir(in.dir), ".removed-"+in.name+"-")
+	tomb, err := os.MkdirTemp(filepath.Dir(in.dir), fmt.Sprintf("%s%d-%s-", tombPrefix, os.Getpid(), in.name))
 	if err != nil {
 		in.Release()
 		return fmt.Errorf("instance %s: %w", in.name, err)
@@ -220,8 +220,30 @@ func (in *Instance) Remove() error {
 	return err
 }
 
+// tombPrefix starts the name of a dir Remove is deleting:
+// .removed-PID-NAME-RANDOM. A crash between the move and the delete leaves
+// it behind; Dead deletes those whose PID is gone.
+const tombPrefix = ".removed-"
+
+// sweepTombs deletes the tombstones under root whose remover died.
+func sweepTombs(root string, entries []os.DirEntry) {
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), tombPrefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pidText, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if err != nil || pid <= 0 || unix.Kill(pid, 0) != unix.ESRCH {
+			continue // not ours, or its remover may still be at it
+		}
+		os.RemoveAll(filepath.Join(root, e.Name()))
+	}
+}
+
 // Dead takes every instance under root that no live process holds (its
-// owner died), for the caller to sweep and then Remove or Release.
+// owner died), for the caller to sweep and then Remove or Release. It also
+// deletes what a Remove that died midway left.
 func Dead(root string) ([]*Instance, error) {
 	entries, err := os.ReadDir(root)
 	if errors.Is(err, os.ErrNotExist) {
@@ -230,6 +252,7 @@ func Dead(root string) ([]*Instance, error) {
 	if err != nil {
 		return nil, err
 	}
+	sweepTombs(root, entries)
 	var out []*Instance
 	for _, e := range entries {
 		if !e.IsDir() || !validName.MatchString(e.Name()) {

@@ -2,7 +2,9 @@ package instance
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -73,5 +75,36 @@ func TestRemoveRacesAcquire(t *testing.T) {
 	}
 	for kind, n := range fails {
 		t.Errorf("%s: %d times in %d acquisitions, first: %v", kind, n, workers*rounds, first[kind])
+	}
+}
+
+// A Remove that dies between moving the dir away and deleting it leaves a
+// tombstone; Dead deletes it once its remover is gone, and never one whose
+// remover lives.
+func TestDeadSweepsTombstonesOfDeadRemovers(t *testing.T) {
+	root := t.TempDir()
+	child := exec.Command("true")
+	if err := child.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := filepath.Join(root, fmt.Sprintf(".removed-%d-default-123", child.Process.Pid))
+	live := filepath.Join(root, fmt.Sprintf(".removed-%d-default-2-456", os.Getpid()))
+	for _, d := range []string{filepath.Join(dead, "default"), filepath.Join(live, "default-2")} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "lock"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := Dead(root)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("Dead = %v, %v; want no instances (tombstones are none)", got, err)
+	}
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Errorf("tombstone of a dead remover still there: %v", err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("tombstone of a live remover: %v, want it left alone", err)
 	}
 }
