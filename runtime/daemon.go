@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/containerd"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/host"
 )
 
 // SystemAddress is where a distribution's containerd listens.
@@ -25,9 +26,16 @@ const SystemAddress = "/run/containerd/containerd.sock"
 // system daemon answers: its own root, state, sockets and plugin dir, with
 // the CRI plugin disabled, so it never collides with another containerd.
 // scripts/containerd.sh starts the same daemon from the shell.
+//
+// At most one runs per Dir: a daemon that lives (found by its process or by
+// its socket) is waited for, never started again, and nothing of its dir
+// (sockets, state, pid file) is touched while it lives.
 type PrivateDaemon struct {
 	Dir  string // sockets, state, pid file, log (default /run/sandpit/containerd)
 	Root string // persistent data: content, snapshots (default /var/lib/sandpit/containerd)
+	// Patience is how long a live daemon that does not answer is waited
+	// for, and how long a started one may take to answer (default 30 s).
+	Patience time.Duration
 }
 
 func (d *PrivateDaemon) defaults() {
@@ -36,6 +44,9 @@ func (d *PrivateDaemon) defaults() {
 	}
 	if d.Root == "" {
 		d.Root = "/var/lib/sandpit/containerd"
+	}
+	if d.Patience <= 0 {
+		d.Patience = 30 * time.Second
 	}
 }
 
@@ -72,8 +83,8 @@ func Answers(ctx context.Context, addr string, timeout time.Duration) (string, e
 
 // Resolve picks the containerd to use. An explicit address is used as given
 // (and reported unavailable later if nothing answers there). Otherwise the
-// system daemon is used when it answers, then the private daemon, which is
-// started when start is true.
+// system daemon is used when it answers, then the private daemon: waited
+// for when it lives, started when none does and start is true.
 func Resolve(ctx context.Context, explicit string, d PrivateDaemon, start bool, log *slog.Logger) (string, error) {
 	if explicit != "" {
 		return explicit, nil
@@ -87,17 +98,40 @@ func Resolve(ctx context.Context, explicit string, d PrivateDaemon, start bool, 
 		log.Info("using sandpit's private containerd", "address", priv)
 		return priv, nil
 	}
-	if !start {
-		return priv, &UnavailableError{Address: priv, Err: errors.New("no system containerd answers and the private one is not running")}
+	if pid, alive := d.running(); alive || !start {
+		if !alive {
+			return priv, &UnavailableError{Address: priv, Err: errors.New("no system containerd answers and the private one is not running")}
+		}
+		// Slow (a loaded host, a GC or I/O stall), not gone: starting
+		// another would only fight it for its root and sockets.
+		if err := d.await(ctx, pid, log); err != nil {
+			return priv, unavailable(priv, err)
+		}
+		log.Info("using sandpit's private containerd", "address", priv)
+		return priv, nil
 	}
 	if err := d.Start(ctx, log); err != nil {
-		return priv, &UnavailableError{Address: priv, Err: err}
+		return priv, unavailable(priv, err)
 	}
 	return priv, nil
 }
 
+// unavailable wraps err in an UnavailableError, keeping err's own hint (a
+// stuck daemon's pid, a missing binary) in front of the generic one.
+func unavailable(addr string, err error) error {
+	var u error = &UnavailableError{Address: addr, Err: err}
+	if hint := sandpit.HintOf(err); hint != "" {
+		u = sandpit.WithHint(u, hint)
+	}
+	return u
+}
+
 // Start launches the private daemon in its own session, so that it outlives
 // this process and the next sandpit reuses it, and waits until it answers.
+// When one lives already (started by another process, or by hand with this
+// config) it waits for that one to answer instead, failing with its pid
+// when it does not within Patience. Starters serialise on a lock in Dir; a
+// daemon that does not answer within Patience of its start is killed.
 func (d PrivateDaemon) Start(ctx context.Context, log *slog.Logger) error {
 	d.defaults()
 	bin, err := exec.LookPath("containerd")
@@ -110,24 +144,37 @@ func (d PrivateDaemon) Start(ctx context.Context, log *slog.Logger) error {
 	if os.Geteuid() != 0 {
 		return sandpit.WithHint(fmt.Errorf("starting a private containerd needs root: %w", ErrUnavailable), "run as root, or see `sandpit doctor` for rootless mode")
 	}
+	if err := os.MkdirAll(d.Dir, 0o711); err != nil {
+		return err
+	}
+	unlock, err := d.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// Under the lock: a daemon found now was started by someone else (or
+	// by a starter that held the lock before us).
+	if pid, alive := d.running(); alive {
+		return d.await(ctx, pid, log)
+	}
 	// Its state dir only: the log and config stay where they were, on disk.
 	if _, err := StateOnTmpfs(d.StateDir(), log); err != nil {
 		log.Warn("private containerd: its state stays on disk", "dir", d.StateDir(), "err", err)
 	}
-	for _, dir := range []string{d.Dir, d.Root} {
-		if err := os.MkdirAll(dir, 0o711); err != nil {
-			return err
-		}
+	if err := os.MkdirAll(d.Root, 0o711); err != nil {
+		return err
 	}
 	sock := d.Address()
 	conf := filepath.Join(d.Dir, "config.toml")
 	if err := os.WriteFile(conf, []byte(d.Config()), 0o600); err != nil {
 		return err
 	}
+	// Left by a daemon that died: no process listens on them (running).
 	for _, f := range []string{sock, sock + ".ttrpc", filepath.Join(d.Dir, "debug.sock")} {
 		os.Remove(f)
 	}
-	logf, err := os.OpenFile(filepath.Join(d.Dir, "containerd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logPath := filepath.Join(d.Dir, "containerd.log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
@@ -139,24 +186,118 @@ func (d PrivateDaemon) Start(ctx context.Context, log *slog.Logger) error {
 		return fmt.Errorf("start containerd: %w", err)
 	}
 	pid := cmd.Process.Pid
-	os.WriteFile(filepath.Join(d.Dir, "containerd.pid"), []byte(strconv.Itoa(pid)+"\n"), 0o644)
+	pidFile := filepath.Join(d.Dir, "containerd.pid")
+	os.WriteFile(pidFile, []byte(strconv.Itoa(pid)+"\n"), 0o644)
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	log.Info("started a private containerd", "address", sock, "pid", pid, "log", filepath.Join(d.Dir, "containerd.log"))
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
+	log.Info("started a private containerd", "address", sock, "pid", pid, "log", logPath)
+	// A daemon that never answered is of no use to anyone and would block
+	// every later start: kill it rather than leave it behind.
+	abandon := func(why error) error {
+		cmd.Process.Kill()
+		<-exited
+		os.Remove(pidFile)
+		return fmt.Errorf("containerd (pid %d, killed): %w; see %s", pid, why, logPath)
+	}
+	deadline := time.Now().Add(d.Patience)
+	for {
 		select {
 		case err := <-exited:
-			return fmt.Errorf("containerd exited at start (%v); see %s", err, filepath.Join(d.Dir, "containerd.log"))
+			os.Remove(pidFile)
+			return fmt.Errorf("containerd exited at start (%v); see %s", err, logPath)
 		case <-ctx.Done():
-			return ctx.Err()
+			return abandon(ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 		if _, err := Answers(ctx, sock, time.Second); err == nil {
 			return nil
 		}
+		if time.Now().After(deadline) {
+			return abandon(fmt.Errorf("it did not answer within %s", d.Patience))
+		}
 	}
-	return fmt.Errorf("containerd did not answer within 15s; see %s", filepath.Join(d.Dir, "containerd.log"))
+}
+
+// lock takes the starters' lock of d.Dir, waiting (bounded) for another
+// starter to finish.
+func (d PrivateDaemon) lock(ctx context.Context) (unlock func(), err error) {
+	path := filepath.Join(d.Dir, "containerd.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("private containerd lock: %w", err)
+	}
+	// A starter holds it at most Patience, plus the time to look around.
+	deadline := time.Now().Add(2*d.Patience + 10*time.Second)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("private containerd lock %s: %w", path, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// running finds a live daemon of d: a containerd process whose state dir
+// is d's, or any process listening on d's socket (its pid then, when
+// visible). A stopped or stalled daemon counts: it still holds its root
+// and its sockets.
+func (d PrivateDaemon) running() (pid int, alive bool) {
+	d.defaults()
+	state, err := filepath.Abs(d.StateDir())
+	if err == nil {
+		if pids := ContainerdsUsing(state); len(pids) > 0 {
+			return pids[0], true
+		}
+	}
+	// A connect succeeds while the listener lives, even stopped (the
+	// kernel queues it); a socket file whose process died refuses it.
+	if pid, err := host.PeerPID(d.Address()); err == nil || !(errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, os.ErrNotExist)) {
+		return pid, true
+	}
+	return 0, false
+}
+
+// await waits, with backoff, up to Patience for the live daemon pid (0:
+// not visible) to answer.
+func (d PrivateDaemon) await(ctx context.Context, pid int, log *slog.Logger) error {
+	d.defaults()
+	who := "its process not visible"
+	if pid > 0 {
+		who = fmt.Sprintf("pid %d", pid)
+	}
+	deadline := time.Now().Add(d.Patience)
+	var err error
+	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 4*time.Second) {
+		if _, err = Answers(ctx, d.Address(), 2*time.Second); err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().Add(wait).After(deadline) {
+			break
+		}
+		if wait == 250*time.Millisecond {
+			log.Info("private containerd is alive but does not answer yet; waiting", "address", d.Address(), "pid", pid, "patience", d.Patience)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+	return sandpit.WithHint(
+		fmt.Errorf("the private containerd at %s is alive, %s, but did not answer within %s; sandpit does not start a second one beside it (%w: %v)", d.Address(), who, d.Patience, ErrUnavailable, err),
+		fmt.Sprintf("it may be stopped or stuck (see %s); `sandpit containerd stop` ends it", filepath.Join(d.Dir, "containerd.log")))
 }
 
 // Config is the daemon's config.toml: its own root, state, sockets and
@@ -191,19 +332,34 @@ func (d PrivateDaemon) Config() string {
 	}, "\n")
 }
 
-// PID returns the pid of the running private daemon, from its pid file, or
-// 0 when none runs.
+// PID returns the pid of the running private daemon, 0 when none runs: the
+// pid file's when that process is a containerd, else that of a containerd
+// found using the daemon's state dir (one started by hand with its config).
 func (d PrivateDaemon) PID() int {
 	d.defaults()
-	b, err := os.ReadFile(filepath.Join(d.Dir, "containerd.pid"))
-	if err != nil {
-		return 0
+	if b, err := os.ReadFile(filepath.Join(d.Dir, "containerd.pid")); err == nil {
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err == nil && pid > 0 && isContainerd(pid) {
+			return pid
+		}
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 || syscall.Kill(pid, 0) != nil {
-		return 0
+	if state, err := filepath.Abs(d.StateDir()); err == nil {
+		if pids := ContainerdsUsing(state); len(pids) > 0 {
+			return pids[0]
+		}
 	}
-	return pid
+	return 0
+}
+
+// isContainerd says whether pid is a live containerd (a pid file can name
+// a pid reused since by anything).
+func isContainerd(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || len(b) == 0 {
+		return false
+	}
+	argv0, _, _ := strings.Cut(string(b), "\x00")
+	return filepath.Base(argv0) == "containerd"
 }
 
 // Stop ends the private daemon: SIGTERM, then SIGKILL after 5 s. Its
@@ -216,8 +372,9 @@ func (d PrivateDaemon) Stop(ctx context.Context) error {
 		return nil
 	}
 	syscall.Kill(pid, syscall.SIGTERM)
+	syscall.Kill(pid, syscall.SIGCONT) // a stopped daemon acts on SIGTERM only once continued
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
-		if syscall.Kill(pid, 0) != nil {
+		if !isContainerd(pid) { // gone (or a zombie)
 			os.Remove(filepath.Join(d.Dir, "containerd.pid"))
 			return nil
 		}

@@ -7,7 +7,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+
+	"github.com/BurntSushi/toml"
 
 	"golang.org/x/sys/unix"
 
@@ -31,7 +34,8 @@ const StateTmpfsOptions = "mode=0711,size=512m"
 // It leaves dir alone, reporting false, when dir is elsewhere (the user chose
 // it), already on a tmpfs, a mount point of its own, or holds anything but
 // empty dirs — hiding a file there could hide a live or dead instance's
-// state from its owner and from the janitor — or when this process lacks
+// state from its owner and from the janitor —, when a live containerd keeps
+// its state in, above or below it (an error), or when this process lacks
 // real root. (Empty dirs are what a clean stop leaves: containerd's
 // per-namespace dirs, sandpit's instances dir.) Concurrent callers
 // serialise on a lock of the dir, so at most one tmpfs is ever mounted there.
@@ -69,6 +73,11 @@ func StateOnTmpfs(dir string, log *slog.Logger) (bool, error) {
 		}
 		return false, err
 	}
+	// A containerd without tasks leaves only dirs in its state, yet lives:
+	// a tmpfs over it would hide its state from it.
+	if pids := ContainerdsUsing(abs); len(pids) > 0 {
+		return false, fmt.Errorf("no tmpfs on %s: containerd (pid %d) keeps its state there", abs, pids[0])
+	}
 	if err := unix.Mount("tmpfs", abs, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, StateTmpfsOptions); err != nil {
 		return false, fmt.Errorf("mount a tmpfs on %s: %w", abs, err)
 	}
@@ -98,4 +107,93 @@ func onlyDirs(dir string) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// ContainerdsUsing lists the live containerd processes whose state dir is
+// dir, lies below it or holds it. A process counts as containerd by its
+// argv[0]; its state dir is its --state flag, else the `state` of its
+// config file (--config, default /etc/containerd/config.toml), else
+// containerd's default /run/containerd.
+func ContainerdsUsing(dir string) []int {
+	dir = filepath.Clean(dir)
+	var pids []int
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || len(b) == 0 { // gone, or a zombie
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if filepath.Base(args[0]) != "containerd" {
+			continue
+		}
+		procDir := filepath.Dir(p)
+		state := containerdState(args[1:], procDir)
+		if state == "" {
+			continue
+		}
+		if overlaps(state, dir) {
+			pid, _ := strconv.Atoi(filepath.Base(procDir))
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// containerdState is the state dir of a containerd started with args, or
+// "" when it cannot be told. Relative paths are the process's cwd's.
+func containerdState(args []string, procDir string) string {
+	config, state := "/etc/containerd/config.toml", ""
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		for _, name := range []string{"--config", "-c", "--state"} {
+			value, ok := "", false
+			if a == name && i+1 < len(args) {
+				value, ok = args[i+1], true
+				i++
+			} else if v, found := strings.CutPrefix(a, name+"="); found {
+				value, ok = v, true
+			}
+			if !ok {
+				continue
+			}
+			if name == "--state" {
+				state = value
+			} else {
+				config = value
+			}
+			break
+		}
+	}
+	abs := func(p string) string {
+		if filepath.IsAbs(p) {
+			return filepath.Clean(p)
+		}
+		cwd, err := os.Readlink(filepath.Join(procDir, "cwd"))
+		if err != nil {
+			return ""
+		}
+		return filepath.Join(cwd, p)
+	}
+	if state != "" {
+		return abs(state)
+	}
+	var conf struct {
+		State string `toml:"state"`
+	}
+	if path := abs(config); path != "" {
+		if _, err := toml.DecodeFile(path, &conf); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return "" // unreadable: cannot tell
+		}
+	}
+	if conf.State == "" {
+		return "/run/containerd"
+	}
+	return abs(conf.State)
+}
+
+// overlaps reports whether one of two clean absolute paths holds the other.
+func overlaps(a, b string) bool {
+	under := func(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") || dir == "/" }
+	return under(a, b) || under(b, a)
 }

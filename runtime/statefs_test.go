@@ -3,7 +3,10 @@ package runtime
 import (
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -77,6 +80,20 @@ func TestStateOnTmpfs(t *testing.T) {
 		})
 	}
 
+	// A containerd without tasks leaves only dirs in its state, yet lives.
+	t.Run("a live containerd keeps its state there", func(t *testing.T) {
+		dir := filepath.Join(run, "live", "state")
+		mkdir(t, filepath.Join(dir, "io.containerd.runtime.v2.task", "sandpit"))
+		fake := fakeContainerd(t, "--state", dir)
+		got, err := StateOnTmpfs(dir, log)
+		if got || err == nil || !strings.Contains(err.Error(), strconv.Itoa(fake)) {
+			t.Fatalf("StateOnTmpfs = %v, %v; want false and an error naming pid %d", got, err, fake)
+		}
+		if n := len(mountsAt(t, dir)); n != 0 {
+			t.Fatalf("%d mounts at %s; want none", n, dir)
+		}
+	})
+
 	t.Run("racing callers mount once", func(t *testing.T) {
 		dir := filepath.Join(run, "race")
 		var wg sync.WaitGroup
@@ -120,4 +137,77 @@ func mountsAt(t *testing.T, dir string) []string {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// fakeContainerd runs a process that looks like a containerd started with
+// args (its argv[0] is "containerd"), until the test ends; it returns its pid.
+func fakeContainerd(t *testing.T, args ...string) int {
+	t.Helper()
+	cmd := &exec.Cmd{Path: "/bin/sh", Args: append([]string{"containerd", "-c", "read x", "sh"}, args...)}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return cmd.Process.Pid
+}
+
+func TestContainerdState(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(conf, []byte("version = 2\nroot = \"/r\"\nstate = \"/run/x/state\"\n[grpc]\n  address = \"/run/x/s\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	noState := filepath.Join(dir, "nostate.toml")
+	if err := os.WriteFile(noState, []byte("version = 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	self := "/proc/self"
+	cwd, _ := os.Getwd()
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"--config", []string{"--config", conf}, "/run/x/state"},
+		{"--config=", []string{"--config=" + conf}, "/run/x/state"},
+		{"-c", []string{"-c", conf}, "/run/x/state"},
+		{"--state wins over the config", []string{"--config", conf, "--state", "/run/y"}, "/run/y"},
+		{"--state= relative to the cwd", []string{"--state=st"}, filepath.Join(cwd, "st")},
+		{"no state in the config: the default", []string{"--config", noState}, "/run/containerd"},
+		{"a missing config: the default", []string{"--config", filepath.Join(dir, "none.toml")}, "/run/containerd"},
+		{"no flags", nil, "/run/containerd"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := containerdState(tc.args, self); got != tc.want {
+				t.Errorf("containerdState(%q) = %q, want %q", tc.args, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestOverlaps(t *testing.T) {
+	tests := []struct {
+		a, b string
+		want bool
+	}{
+		{"/run/a", "/run/a", true},
+		{"/run/a/state", "/run/a", true},
+		{"/run/a", "/run/a/state", true},
+		{"/run/ab", "/run/a", false},
+		{"/run/a", "/run/b", false},
+	}
+	for _, tc := range tests {
+		if got := overlaps(tc.a, tc.b); got != tc.want {
+			t.Errorf("overlaps(%s, %s) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
 }

@@ -2,12 +2,15 @@ package querydb
 
 /*
 #include <stdint.h>
+#include <string.h>
 
 // go-sqlite3 links SQLite into the binary (or links libsqlite3) but does not
-// export these two; declaring them here resolves to the same symbols.
+// export these; declaring them here resolves to the same symbols.
 typedef struct sqlite3 sqlite3;
 extern void sqlite3_interrupt(sqlite3*);
 extern long long sqlite3_hard_heap_limit64(long long);
+extern int sqlite3_config(int, ...);
+extern long long sqlite3_memory_highwater(int);
 
 #include <malloc.h>
 static void sandpit_arena_max(int n) { mallopt(M_ARENA_MAX, n); }
@@ -15,12 +18,109 @@ static void sandpit_malloc_trim(void) { malloc_trim(0); }
 
 static void sandpit_interrupt(uintptr_t db) { sqlite3_interrupt((sqlite3*)db); }
 static long long sandpit_hard_heap_limit(long long n) { return sqlite3_hard_heap_limit64(n); }
+
+// The query budget: an allocator wrapped around SQLite's own that charges
+// every block allocated on a thread running a query (sandpit_charging) to
+// one counter, and fails such an allocation (SQLITE_NOMEM) past the
+// budget. Each block carries an 8-byte header holding what it was charged
+// (0: nothing), so it is uncharged whichever thread frees it. Allocations
+// of other connections (history, snapshots) are never charged: a query at
+// its budget cannot starve them.
+
+// sqlite3_mem_methods, as sqlite3.h declares it.
+typedef struct {
+	void *(*xMalloc)(int);
+	void (*xFree)(void*);
+	void *(*xRealloc)(void*, int);
+	int (*xSize)(void*);
+	int (*xRoundup)(int);
+	int (*xInit)(void*);
+	void (*xShutdown)(void*);
+	void *pAppData;
+} sandpit_mem_methods;
+
+enum { SANDPIT_CONFIG_MALLOC = 4, SANDPIT_CONFIG_GETMALLOC = 5, SANDPIT_HDR = 8 };
+
+static sandpit_mem_methods sandpit_base;
+static __thread int sandpit_charging;
+static long long sandpit_query_used;  // bytes charged and not yet freed
+static long long sandpit_query_limit; // 0: no budget
+
+// sandpit_charge adds n (may be negative) to the charged bytes; a growth
+// that would pass the budget is refused (returns 0) and not added.
+static int sandpit_charge(long long n) {
+	long long used = __atomic_add_fetch(&sandpit_query_used, n, __ATOMIC_RELAXED);
+	long long limit = __atomic_load_n(&sandpit_query_limit, __ATOMIC_RELAXED);
+	if (n > 0 && limit > 0 && used > limit) {
+		__atomic_sub_fetch(&sandpit_query_used, n, __ATOMIC_RELAXED);
+		return 0;
+	}
+	return 1;
+}
+
+static void *sandpit_malloc(int n) {
+	long long charged = sandpit_charging ? n : 0;
+	if (charged && !sandpit_charge(charged)) return 0;
+	char *p = sandpit_base.xMalloc(n + SANDPIT_HDR);
+	if (!p) {
+		if (charged) sandpit_charge(-charged);
+		return 0;
+	}
+	memcpy(p, &charged, sizeof charged);
+	return p + SANDPIT_HDR;
+}
+
+static void sandpit_free(void *q) {
+	if (!q) return;
+	char *p = (char*)q - SANDPIT_HDR;
+	long long charged;
+	memcpy(&charged, p, sizeof charged);
+	if (charged) sandpit_charge(-charged);
+	sandpit_base.xFree(p);
+}
+
+// A charged block stays charged (for its new size) whichever thread grows
+// it; an uncharged one becomes charged when a query grows it.
+static void *sandpit_realloc(void *q, int n) {
+	char *p = (char*)q - SANDPIT_HDR;
+	long long was, now;
+	memcpy(&was, p, sizeof was);
+	now = (was || sandpit_charging) ? n : 0;
+	if (now > was && !sandpit_charge(now - was)) return 0;
+	char *r = sandpit_base.xRealloc(p, n + SANDPIT_HDR);
+	if (!r) {
+		if (now > was) sandpit_charge(was - now);
+		return 0;
+	}
+	if (now < was) sandpit_charge(now - was);
+	memcpy(r, &now, sizeof now);
+	return r + SANDPIT_HDR;
+}
+
+static int sandpit_size(void *q) { return sandpit_base.xSize((char*)q - SANDPIT_HDR) - SANDPIT_HDR; }
+static int sandpit_roundup(int n) { return sandpit_base.xRoundup(n + SANDPIT_HDR) - SANDPIT_HDR; }
+static int sandpit_init(void *x) { return sandpit_base.xInit(sandpit_base.pAppData); }
+static void sandpit_shutdown(void *x) { sandpit_base.xShutdown(sandpit_base.pAppData); }
+
+// sandpit_install wraps SQLite's allocator; it must run before SQLite
+// initializes (anything else fails with SQLITE_MISUSE and leaves it be).
+static int sandpit_install(void) {
+	int rc = sqlite3_config(SANDPIT_CONFIG_GETMALLOC, &sandpit_base);
+	if (rc != 0) return rc;
+	sandpit_mem_methods m = {sandpit_malloc, sandpit_free, sandpit_realloc, sandpit_size, sandpit_roundup, sandpit_init, sandpit_shutdown, 0};
+	return sqlite3_config(SANDPIT_CONFIG_MALLOC, &m);
+}
+
+static void sandpit_set_charging(int on) { sandpit_charging = on; }
+static void sandpit_set_query_limit(long long n) { __atomic_store_n(&sandpit_query_limit, n, __ATOMIC_RELAXED); }
+static long long sandpit_query_charged(void) { return __atomic_load_n(&sandpit_query_used, __ATOMIC_RELAXED); }
 */
 import "C"
 
 import (
 	"context"
 	"reflect"
+	goruntime "runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,11 +128,25 @@ import (
 	sqlite3 "github.com/mattn/go-sqlite3"
 )
 
-// setHeapLimit sets SQLite's hard heap limit: past it every allocation
-// fails with SQLITE_NOMEM, so no statement can take more memory than this.
-// The limit is process-wide (SQLite has one heap), shared by every SQLite
-// connection in the server. n <= 0 leaves it unchanged.
-func init() { C.sandpit_arena_max(1) }
+// init wraps SQLite's allocator (before any connection initializes SQLite)
+// so that queries are charged to a budget of their own, and keeps malloc to
+// one arena so that the budget bounds resident memory too.
+func init() {
+	C.sandpit_arena_max(1)
+	budgetInstalled = C.sandpit_install() == 0
+}
+
+// budgetInstalled: queries have a budget of their own. When SQLite was
+// initialized before this package (it never is in sandpit), setHeapLimit
+// falls back to a hard heap limit of the budget, shared by every SQLite
+// connection in the process.
+var budgetInstalled bool
+
+// storeHeadroom is what SQLite's process-wide hard heap limit leaves above
+// the queries' budget for every other SQLite database of the server
+// (history, the undo index), which a query at its budget must not starve;
+// the hard limit remains a backstop against a bug in that accounting.
+const storeHeadroom = 64 << 20
 
 // trimPending is set when a statement failed: one that ran out of SQLite's
 // heap or was interrupted has freed up to the heap limit back to malloc,
@@ -48,14 +162,53 @@ func trimIfPending() {
 	}
 }
 
+// setHeapLimit sets the memory budget of all queries together to n: past
+// it, an allocation made while a query runs fails with SQLITE_NOMEM, so no
+// statement can take more memory than this. SQLite's process-wide hard
+// heap limit goes to n plus headroom for the other stores. n <= 0 leaves
+// both unchanged.
 func setHeapLimit(n int64) {
-	if n > 0 {
-		C.sandpit_hard_heap_limit(C.longlong(n))
+	if n <= 0 {
+		return
 	}
+	if !budgetInstalled {
+		C.sandpit_hard_heap_limit(C.longlong(n))
+		return
+	}
+	C.sandpit_set_query_limit(C.longlong(n))
+	C.sandpit_hard_heap_limit(C.longlong(n + max(n, storeHeadroom)))
 }
 
 // heapLimit reports SQLite's hard heap limit, 0 for none.
 func heapLimit() int64 { return int64(C.sandpit_hard_heap_limit(-1)) }
+
+// memoryHighwater reports the most memory SQLite held at once since the
+// last reset, and resets it when reset is set.
+func memoryHighwater(reset bool) int64 {
+	r := 0
+	if reset {
+		r = 1
+	}
+	return int64(C.sqlite3_memory_highwater(C.int(r)))
+}
+
+// queryCharged reports the bytes charged to the queries' budget now.
+func queryCharged() int64 { return int64(C.sandpit_query_charged()) }
+
+// charge makes every SQLite allocation of the calling goroutine count
+// against the queries' budget until the returned end is called. It locks
+// the goroutine to its thread meanwhile (the charging mark is the
+// thread's), so every call into SQLite between them must be made from the
+// calling goroutine: go-sqlite3 steps a statement on the caller's
+// goroutine.
+func charge() (end func()) {
+	goruntime.LockOSThread()
+	C.sandpit_set_charging(1)
+	return func() {
+		C.sandpit_set_charging(0)
+		goruntime.UnlockOSThread()
+	}
+}
 
 // connHandle returns the sqlite3* behind c. go-sqlite3 keeps it unexported
 // and offers no sqlite3_interrupt outside a running step, so this reads the

@@ -106,6 +106,7 @@ func (e *Engine) run(ctx context.Context, c *sqlite3.SQLiteConn, stmt string, ar
 }
 
 func (e *Engine) runBudget(ctx context.Context, c *sqlite3.SQLiteConn, stmt string, args []driver.NamedValue, maxRows, maxBytes int) (_ *Result, retErr error) {
+	defer charge()() // first in, last out: everything below is charged
 	trimIfPending()
 	defer func() {
 		if retErr != nil {
@@ -306,7 +307,7 @@ func statementVariables(stmt string) map[string]bool {
 func (e *Engine) classify(err error, auth *authorizer) error {
 	var se sqlite3.Error
 	if errors.As(err, &se) && se.Code == sqlite3.ErrNomem {
-		return sandpit.WithHint(fmt.Errorf("%w: the query needed more memory than the %d MiB SQLite may use in this server", ErrTooLarge, e.opts.MaxMemoryBytes>>20), "add a LIMIT, select fewer or narrower columns, sort and group on indexed columns, avoid deeply nested views")
+		return sandpit.WithHint(fmt.Errorf("%w: the query needed more memory than the %d MiB queries may use in this server", ErrTooLarge, e.opts.MaxMemoryBytes>>20), "add a LIMIT, select fewer or narrower columns, sort and group on indexed columns, avoid deeply nested views")
 	}
 	return classify(err, auth)
 }

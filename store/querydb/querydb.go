@@ -41,11 +41,14 @@
 // Queries are bounded: a time limit that covers preparing a statement as
 // well as stepping it (a watchdog calls sqlite3_interrupt from the deadline
 // on), a row cap, a cap on result bytes checked before a value is encoded,
-// SQLITE_LIMIT_LENGTH on any single value, and SQLite's hard heap limit on
-// all the memory SQLite may use. The heap limit is what stops nested views
-// that expand to an exponential parse tree at prepare time (SQLite does not
-// check for interrupts while it expands them), and it bounds a row before
-// it is copied into Go. Temporary
+// SQLITE_LIMIT_LENGTH on any single value, and a memory budget on all that
+// SQLite allocates while queries run (an allocator wrapped around SQLite's
+// charges it; SQLite's process-wide hard heap limit sits above it with
+// headroom for the server's other databases, which a query at its budget
+// must not starve). The budget is what stops nested views that expand to an
+// exponential parse tree at prepare time (SQLite does not check for
+// interrupts while it expands them), and it bounds a row before it is
+// copied into Go. Temporary
 // b-trees and sorters live in that bounded memory (temp_store=MEMORY), never
 // in files under /var/tmp. DescribeSchema has one deadline for the whole
 // call and a budget of objects and bytes; what does not fit is counted, not
@@ -100,10 +103,11 @@ type Options struct {
 	MaxBytes      int           // result size cap, approximate JSON bytes; default 256 KiB
 	MaxValueBytes int           // SQLITE_LIMIT_LENGTH: largest string or blob, also mid-query; default 4 MiB
 	MaxSQLBytes   int           // longest SQL text accepted; default 256 KiB
-	// MaxMemoryBytes is SQLite's hard heap limit. SQLite has one heap per
-	// process, so this bounds all SQLite connections in the server together
-	// (queries, history, snapshots); a query that needs more fails with
-	// ErrTooLarge. Default 64 MiB.
+	// MaxMemoryBytes is the memory all running queries may hold together
+	// (SQLite has one heap per process; what queries allocate is charged
+	// to this budget, what history and snapshots allocate is not); a query
+	// that needs more fails with ErrTooLarge. SQLite's hard heap limit is
+	// set above it, leaving the other databases headroom. Default 64 MiB.
 	MaxMemoryBytes int64
 	// MaxDBBytes is the largest workspace database accepted: each call
 	// copies it to a private file first. Default 256 MiB.
@@ -195,7 +199,8 @@ type Engine struct {
 
 // New opens the configured database at path ("" for none) read-only.
 // open opens workspace files (nil turns workspace databases off). New sets
-// SQLite's process-wide hard heap limit to opts.MaxMemoryBytes.
+// the queries' memory budget to opts.MaxMemoryBytes (process-wide, as
+// SQLite's heap is), and SQLite's hard heap limit above it.
 func New(path string, open OpenFunc, opts Options) (*Engine, error) {
 	opts.defaults()
 	registerOnce.Do(func() {
