@@ -17,7 +17,7 @@ func dataFlags() []cli.Flag {
 		&cli.StringFlag{Name: "db", Usage: "SQLite `FILE` served read-only by describe_schema and query_db", EnvVars: []string{"SANDPIT_DB"}},
 		&cli.StringFlag{Name: "schemas", Usage: "`DIR` of *.json JSON Schemas registered by file name for validate_json_data (beside the built-ins config, user, dataset)", EnvVars: []string{"SANDPIT_SCHEMAS"}},
 		&cli.DurationFlag{Name: "query-timeout", Value: 5 * time.Second, Usage: "time limit for one query_db query (and one describe_schema call), opening and preparing included"},
-		&cli.StringFlag{Name: "query-memory", Value: "64MiB", Usage: "SQLite's hard heap limit: the most memory all SQLite connections of the server may hold at once (a query past it fails)"},
+		&cli.StringFlag{Name: "query-memory", Value: "64MiB", Usage: "the most memory all running query_db and describe_schema calls together may hold (a query past it fails; history and undo are not charged)"},
 		&cli.DurationFlag{Name: "validate-timeout", Value: validate.DefaultLimits.Timeout, Usage: "time limit for one validate_json_data or validate_csv_data call"},
 	}
 }
