@@ -28,9 +28,9 @@ import (
 // the image's committed layer, made and removed through containerd for
 // every sandbox (two metadata transactions with fsync each way, and a mount
 // and an unmount in the shim). The runtime now makes one such view per
-// image, mounts it once under RootfsDir, and gives sandboxes its path as
-// their read-only root: the same layer directory, bound read-only, seen by
-// each sandbox in its own mount namespace. The view is labelled with the
+// image, mounts it once under RootfsDir (ro,nosuid,nodev), and gives
+// sandboxes its path as their read-only root: the same layer directory,
+// bound read-only, seen by each sandbox in its own mount namespace. The view is labelled with the
 // instance (LabelRootfsInstance: the janitor unmounts and removes a dead
 // instance's) and with containerd.io/gc.root (no lease outlives a crash).
 
@@ -140,6 +140,15 @@ func (r *Runtime) sharedRootfs(ctx context.Context, c *containerd.Client, img co
 	if err := mount.All(mounts, dir); err != nil {
 		sn.Remove(context.WithoutCancel(ctx), key)
 		return "", fmt.Errorf("shared root: mount %s: %w", dir, err)
+	}
+	// The mount is on the host, at a path mountinfo shows everyone, under
+	// directories others may search: no setuid binary of the image may
+	// give a local user root, no device node of it may be opened. (In a
+	// sandbox no_new_privs disables setuid already, and /dev is its own.)
+	if err := unix.Mount("", dir, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		unix.Unmount(dir, unix.MNT_DETACH)
+		sn.Remove(context.WithoutCancel(ctx), key)
+		return "", fmt.Errorf("shared root: remount %s ro,nosuid,nodev: %w", dir, err)
 	}
 	mnt, err := mountID(dir)
 	if err != nil {
