@@ -20,10 +20,12 @@ import (
 )
 
 // Sweep removes every container, task and snapshot labelled with this
-// runtime's instance, and the per-run directories (sources, FIFOs) under the
-// state dir. It is what makes a restart after a crash clean: a killed server
-// leaves its sandboxes RUNNING. Other containerd users, and other sandpit
-// instances, keep theirs. It returns how many sandboxes it removed.
+// runtime's instance and state dir (OwnerFilter), and the per-run
+// directories (sources, FIFOs) under the state dir. It is what makes a
+// restart after a crash clean: a killed server leaves its sandboxes
+// RUNNING. Other containerd users, and other sandpit instances — also
+// those of the same name under another state dir — keep theirs. It returns
+// how many sandboxes it removed.
 func (r *Runtime) Sweep(ctx context.Context) (int, error) {
 	ctx = r.nsctx(ctx)
 	r.mu.Lock()
@@ -44,8 +46,23 @@ func (r *Runtime) sweep(ctx context.Context, c *containerd.Client) error {
 	return err
 }
 
+// OwnerFilter is the containerd filter (containers and snapshots) of what
+// the runtime of instance with state dir stateDir made. An instance's name
+// is unique only within one state dir (every default is "default"): a
+// runtime is (state dir, instance), and every sweep and leftover check
+// must match both, or one process's janitor kills another's live
+// sandboxes.
+func OwnerFilter(instance, stateDir string) string {
+	return fmt.Sprintf("labels.%q==%q,labels.%q==%q", LabelInstance, instance, LabelState, stateDir)
+}
+
+// rootsFilter is OwnerFilter for the runtime's shared root views.
+func rootsFilter(instance, stateDir string) string {
+	return fmt.Sprintf("labels.%q==%q,labels.%q==%q", LabelRootfsInstance, instance, LabelState, stateDir)
+}
+
 func (r *Runtime) sweepCount(ctx context.Context, c *containerd.Client) (int, error) {
-	filter := fmt.Sprintf("labels.%q==%q", LabelInstance, r.cfg.Instance)
+	filter := OwnerFilter(r.cfg.Instance, r.cfg.StateDir)
 	containers, err := c.Containers(ctx, filter)
 	if err != nil {
 		return 0, fmt.Errorf("list sandboxes: %w", err)
@@ -61,19 +78,27 @@ func (r *Runtime) sweepCount(ctx context.Context, c *containerd.Client) (int, er
 	}
 	// Snapshots whose container was never created (a crash in between).
 	// Shared roots (rootfs.go) are unmounted first; this runtime makes its
-	// own again when it next needs one.
+	// own again when it next needs one. (Two filters: either matches.)
 	sn := c.SnapshotService(r.cfg.Snapshotter)
 	var orphans []snapshots.Info
 	err = sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
 		orphans = append(orphans, info)
 		return nil
-	}, filter, fmt.Sprintf("labels.%q==%q", LabelRootfsInstance, r.cfg.Instance))
+	}, filter, rootsFilter(r.cfg.Instance, r.cfg.StateDir))
 	if err != nil {
 		errs = append(errs, fmt.Errorf("list sandbox snapshots: %w", err))
 	}
 	r.forgetRoots()
 	for _, info := range orphans {
 		if dir, ok := isSharedRoot(info); ok {
+			// Only a root in a directory of this runtime's identity is
+			// unmounted (instanceRootfsDir: named for the instance and a
+			// hash of the state dir; under another --rootfs-dir if the dead
+			// runtime had one): a label alone is no proof of ownership.
+			if !r.ownsRootDir(dir) {
+				r.log.Warn("janitor: a shared root outside this runtime's rootfs dirs is left alone", "dir", dir, "view", info.Name)
+				continue
+			}
 			if err := unmountRoot(dir); err != nil {
 				errs = append(errs, fmt.Errorf("shared root %s: %w", dir, err))
 				continue
@@ -175,6 +200,9 @@ func (r *Runtime) OrphanStates(ctx context.Context, root string) ([]string, erro
 	c, err := r.connect(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if abs, err := filepath.Abs(root); err == nil {
+		root = abs // as LabelState is written (Defaults)
 	}
 	filter := fmt.Sprintf("labels.%q~=%q", LabelState, "^"+regexp.QuoteMeta(filepath.Clean(root)+"/"))
 	seen := map[string]bool{}

@@ -3,6 +3,7 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"testing"
 
 	"github.com/containerd/containerd/errdefs"
@@ -32,6 +33,32 @@ func TestShimGone(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := shimGone(tt.err); got != tt.want {
 				t.Errorf("shimGone(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
+	}
+}
+
+// A janitor unmounts only shared roots whose directory is named for its
+// own identity (instance and state dir), wherever the rootfs dir was.
+func TestOwnsRootDir(t *testing.T) {
+	r := &Runtime{cfg: Config{Instance: "default", StateDir: "/srv/a/instances/default", RootfsDir: "/run/sandpit/rootfs"}}
+	other := &Runtime{cfg: Config{Instance: "default", StateDir: "/srv/b/instances/default", RootfsDir: "/run/sandpit/rootfs"}}
+	mine := filepath.Base(r.instanceRootfsDir())
+	tests := []struct {
+		name string
+		dir  string
+		want bool
+	}{
+		{name: "own, default rootfs dir", dir: filepath.Join(r.instanceRootfsDir(), "0123abcd"), want: true},
+		{name: "own, another rootfs dir", dir: filepath.Join("/var/tmp/roots", mine, "0123abcd"), want: true},
+		{name: "same instance, another state dir", dir: filepath.Join(other.instanceRootfsDir(), "0123abcd")},
+		{name: "the rootfs dir itself", dir: r.instanceRootfsDir()},
+		{name: "relative", dir: filepath.Join(mine, "0123abcd")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := r.ownsRootDir(tt.dir); got != tt.want {
+				t.Errorf("ownsRootDir(%s) = %v, want %v", tt.dir, got, tt.want)
 			}
 		})
 	}

@@ -28,9 +28,9 @@ import (
 // the image's committed layer, made and removed through containerd for
 // every sandbox (two metadata transactions with fsync each way, and a mount
 // and an unmount in the shim). The runtime now makes one such view per
-// image, mounts it once under RootfsDir, and gives sandboxes its path as
-// their read-only root: the same layer directory, bound read-only, seen by
-// each sandbox in its own mount namespace. The view is labelled with the
+// image, mounts it once under RootfsDir (ro,nosuid,nodev), and gives
+// sandboxes its path as their read-only root: the same layer directory,
+// bound read-only, seen by each sandbox in its own mount namespace. The view is labelled with the
 // instance (LabelRootfsInstance: the janitor unmounts and removes a dead
 // instance's) and with containerd.io/gc.root (no lease outlives a crash).
 
@@ -50,6 +50,33 @@ const DefaultRootfsDir = "/run/sandpit/rootfs"
 // sharedRoot is a mounted view.
 type sharedRoot struct {
 	key, dir string
+	// mnt is the mount's id (statx STATX_MNT_ID) when it was made, 0 where
+	// the kernel does not say: a root whose dir no longer has that mount
+	// was lost (unmounted by an operator, or by another process's
+	// janitor) and is made again.
+	mnt uint64
+}
+
+// mountID is the id of the mount path is on, or 0 when the kernel does
+// not report one (before Linux 5.8) or path cannot be read.
+func mountID(path string) (uint64, error) {
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &stx); err != nil {
+		return 0, err
+	}
+	if stx.Mask&unix.STATX_MNT_ID == 0 {
+		return 0, nil
+	}
+	return stx.Mnt_id, nil
+}
+
+// present says whether the root is still mounted where it was made.
+func (sr sharedRoot) present() bool {
+	id, err := mountID(sr.dir)
+	if err != nil {
+		return false
+	}
+	return sr.mnt == 0 || id == sr.mnt
 }
 
 // rootfsOpts are the container options of a sandbox on image img: its
@@ -70,7 +97,13 @@ func (r *Runtime) sharedRootfs(ctx context.Context, c *containerd.Client, img co
 	r.rootMu.Lock()
 	defer r.rootMu.Unlock()
 	if sr, ok := r.roots[img.Name()]; ok {
-		return sr.dir, nil
+		if sr.present() {
+			return sr.dir, nil
+		}
+		// Sandboxes already made keep the old one (their mount namespace
+		// holds it); new ones get a fresh view.
+		r.log.Warn("shared root lost; making it again", "dir", sr.dir, "image", img.Name())
+		delete(r.roots, img.Name())
 	}
 	// Through the current client: img may come from one containerd lost
 	// since (its cache outlives a reconnection).
@@ -108,7 +141,22 @@ func (r *Runtime) sharedRootfs(ctx context.Context, c *containerd.Client, img co
 		sn.Remove(context.WithoutCancel(ctx), key)
 		return "", fmt.Errorf("shared root: mount %s: %w", dir, err)
 	}
-	r.roots[img.Name()] = sharedRoot{key: key, dir: dir}
+	// The mount is on the host, at a path mountinfo shows everyone, under
+	// directories others may search: no setuid binary of the image may
+	// give a local user root, no device node of it may be opened. (In a
+	// sandbox no_new_privs disables setuid already, and /dev is its own.)
+	if err := unix.Mount("", dir, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		unix.Unmount(dir, unix.MNT_DETACH)
+		sn.Remove(context.WithoutCancel(ctx), key)
+		return "", fmt.Errorf("shared root: remount %s ro,nosuid,nodev: %w", dir, err)
+	}
+	mnt, err := mountID(dir)
+	if err != nil {
+		unix.Unmount(dir, unix.MNT_DETACH)
+		sn.Remove(context.WithoutCancel(ctx), key)
+		return "", fmt.Errorf("shared root: %s: %w", dir, err)
+	}
+	r.roots[img.Name()] = sharedRoot{key: key, dir: dir, mnt: mnt}
 	return dir, nil
 }
 
@@ -117,6 +165,13 @@ func (r *Runtime) sharedRootfs(ctx context.Context, c *containerd.Client, img co
 func (r *Runtime) instanceRootfsDir() string {
 	sum := sha256.Sum256([]byte(r.cfg.StateDir))
 	return filepath.Join(r.cfg.RootfsDir, sanitize(r.cfg.Instance)+"-"+hex.EncodeToString(sum[:4]))
+}
+
+// ownsRootDir says whether dir, a shared root's mount point, is one this
+// runtime's identity makes: <any rootfs dir>/<instanceRootfsDir's name>/<name>.
+func (r *Runtime) ownsRootDir(dir string) bool {
+	dir = filepath.Clean(dir)
+	return filepath.IsAbs(dir) && filepath.Base(filepath.Dir(dir)) == filepath.Base(r.instanceRootfsDir())
 }
 
 func sanitize(s string) string {

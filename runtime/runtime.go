@@ -2,9 +2,9 @@
 // It is the only package that holds a containerd client.
 //
 // The guarantee: every sandbox Run creates is labelled with the runtime's
-// instance, gets the spec built by package oci, and is deleted — task,
-// container, snapshot, FIFOs and per-run files — before Run returns, whatever
-// the program did. What a crashed server left behind is removed by Sweep,
+// instance and state dir, gets the spec built by package oci, and is
+// deleted — task, container, snapshot, FIFOs and per-run files — before Run
+// returns, whatever the program did. What a crashed server left behind is removed by Sweep,
 // which New's first connection runs.
 package runtime
 
@@ -33,9 +33,13 @@ import (
 
 // Label keys on every container and snapshot sandpit creates.
 const (
-	LabelInstance = "sandpit.instance" // which runtime instance owns it (the janitor's key)
-	LabelRun      = "sandpit.run"      // the run id
-	// LabelState is the instance's state dir: a janitor finds the
+	// LabelInstance is the runtime instance that owns it. Names are unique
+	// only within one state dir: the janitor's key is this and LabelState
+	// together (OwnerFilter).
+	LabelInstance = "sandpit.instance"
+	LabelRun      = "sandpit.run" // the run id
+	// LabelState is the instance's state dir (absolute): with
+	// LabelInstance it says whose a sandbox is, and a janitor finds the
 	// sandboxes of dead instances under its state root by it.
 	LabelState = "sandpit.state"
 )
@@ -44,7 +48,7 @@ const (
 type Config struct {
 	Address     string // containerd socket
 	Namespace   string // containerd namespace
-	Instance    string // label value that scopes the janitor; one per server
+	Instance    string // label value that, with StateDir, scopes the janitor; one per server
 	RuntimeName string // containerd runtime: io.containerd.runc.v2, or sandpit (RuntimeSandpit: a shim of its own)
 	RuncBinary  string // OCI runtime binary name or path (runc, runsc…)
 	RuncRoot    string // private runc state root
@@ -123,6 +127,11 @@ func (c *Config) Defaults() {
 	}
 	if c.StateDir == "" {
 		c.StateDir = "/run/sandpit/state"
+	}
+	// The state dir is half of the runtime's identity (OwnerFilter): the
+	// same relative path from two working directories is two runtimes.
+	if abs, err := filepath.Abs(c.StateDir); err == nil {
+		c.StateDir = abs
 	}
 	if c.RootfsDir == "" {
 		c.RootfsDir = DefaultRootfsDir

@@ -60,8 +60,15 @@ func seccompExec(argv []string) int {
 		}
 	}
 	fprog := sockFprog{len: uint16(len(prog)), filter: &prog[0]}
-	if _, _, e := syscall.RawSyscall(sysSeccomp, seccompSetModeFilter, uintptr(flags|seccompFilterFlagTSYNC), uintptr(unsafe.Pointer(&fprog))); e != 0 {
-		return fail(fmt.Errorf("load seccomp filter: %w", e))
+	ret, _, e := syscall.RawSyscall(sysSeccomp, seccompSetModeFilter, uintptr(flags|seccompFilterFlagTSYNC), uintptr(unsafe.Pointer(&fprog)))
+	if err := filterLoaded(ret, e); err != nil {
+		return fail(err)
+	}
+	// Belt and braces: whatever seccomp(2) said, the kernel must report
+	// this thread in filter mode before anything runs.
+	mode, _, e := syscall.RawSyscall6(syscall.SYS_PRCTL, prGetSeccomp, 0, 0, 0, 0, 0)
+	if err := inFilterMode(mode, e); err != nil {
+		return fail(err)
 	}
 	if initMode {
 		return sandpitInit(argv[1:])
@@ -69,9 +76,36 @@ func seccompExec(argv []string) int {
 	return fail(syscall.Exec(path, argv, os.Environ()))
 }
 
+// filterLoaded tells from seccomp(2)'s return whether the filter is in
+// force. Any nonzero return is a failure: with SECCOMP_FILTER_FLAG_TSYNC
+// the kernel returns the id of a thread it could not synchronise, and then
+// installs no filter at all.
+func filterLoaded(ret uintptr, e syscall.Errno) error {
+	if e != 0 {
+		return fmt.Errorf("load seccomp filter: %w", e)
+	}
+	if ret != 0 {
+		return fmt.Errorf("load seccomp filter: thread %d could not be synchronised; no filter installed", ret)
+	}
+	return nil
+}
+
+// inFilterMode checks prctl(PR_GET_SECCOMP)'s answer: SECCOMP_MODE_FILTER.
+func inFilterMode(mode uintptr, e syscall.Errno) error {
+	if e != 0 {
+		return fmt.Errorf("check seccomp mode: %w", e)
+	}
+	if mode != seccompModeFilter {
+		return fmt.Errorf("seccomp mode is %d after loading the filter, want %d (filter)", mode, seccompModeFilter)
+	}
+	return nil
+}
+
 const (
 	sysSeccomp             = 317 // x86-64 only: see the GOARCH check
 	prGetNoNewPrivs        = 39
+	prGetSeccomp           = 21
+	seccompModeFilter      = 2
 	seccompSetModeFilter   = 1
 	seccompFilterFlagTSYNC = 1
 	bpfMaxInstructions     = 4096

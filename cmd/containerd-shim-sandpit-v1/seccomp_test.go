@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/sandpit-dev/sandpit/internal/testenv"
@@ -103,6 +104,54 @@ func TestSeccompLoader(t *testing.T) {
 			}
 			if tc.code != 0 && strings.Contains(string(out), "Seccomp:") {
 				t.Errorf("the program ran: %q", out)
+			}
+		})
+	}
+}
+
+// seccomp(2) with SECCOMP_FILTER_FLAG_TSYNC returns the id of a thread it
+// could not synchronise, and then installs no filter at all: only a zero
+// return with no errno means the filter is in force; prctl(PR_GET_SECCOMP)
+// must then say SECCOMP_MODE_FILTER.
+func TestFilterLoaded(t *testing.T) {
+	tests := []struct {
+		name string
+		ret  uintptr
+		e    syscall.Errno
+		ok   bool
+	}{
+		{name: "loaded", ret: 0, ok: true},
+		{name: "errno", ret: ^uintptr(0), e: syscall.EINVAL},
+		{name: "TSYNC: a thread not synchronised", ret: 4242},
+		{name: "TSYNC: thread id 1", ret: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := filterLoaded(tt.ret, tt.e)
+			if got := err == nil; got != tt.ok {
+				t.Errorf("filterLoaded(%d, %v) = %v; want loaded %v", tt.ret, tt.e, err, tt.ok)
+			}
+		})
+	}
+}
+
+func TestInFilterMode(t *testing.T) {
+	tests := []struct {
+		name string
+		mode uintptr
+		e    syscall.Errno
+		ok   bool
+	}{
+		{name: "filter", mode: 2, ok: true},
+		{name: "disabled", mode: 0},
+		{name: "strict", mode: 1},
+		{name: "prctl failed", mode: ^uintptr(0), e: syscall.EINVAL},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := inFilterMode(tt.mode, tt.e)
+			if got := err == nil; got != tt.ok {
+				t.Errorf("inFilterMode(%d, %v) = %v; want ok %v", tt.mode, tt.e, err, tt.ok)
 			}
 		})
 	}

@@ -153,8 +153,16 @@ func stateOnTmpfs(c *cli.Context) {
 	}
 }
 
-// instanceRoot holds every instance's state and lock.
-func instanceRoot(c *cli.Context) string { return filepath.Join(c.String("state-dir"), "instances") }
+// instanceRoot holds every instance's state and lock. It is absolute:
+// an instance's dir is half of its identity (runtime.OwnerFilter), and the
+// janitor compares it with the state labels of sandboxes.
+func instanceRoot(c *cli.Context) string {
+	root := filepath.Join(c.String("state-dir"), "instances")
+	if abs, err := filepath.Abs(root); err == nil {
+		return abs
+	}
+	return root
+}
 
 // acquireInstance takes --instance, or the first free of default,
 // default-2, ... when none is given: two MCP clients launching

@@ -82,6 +82,13 @@ func newLifecycleStore(t *testing.T) lifecycleStore {
 	return s
 }
 
+// owned is the containerd filter of what instance of this store made: its
+// name and its state dir (runtime.OwnerFilter). The name alone is shared
+// with every other state dir's "default", a live server's among them.
+func (s lifecycleStore) owned(instance string) string {
+	return runtime.OwnerFilter(instance, filepath.Join(s.state, "instances", instance))
+}
+
 // args are serve's arguments on this store; no --instance, as an MCP host
 // would launch it.
 func (s lifecycleStore) args(extra ...string) []string {
@@ -189,11 +196,11 @@ func (srv *serveProc) instanceOf(t *testing.T) string {
 }
 
 // waitRunning waits until a sandbox of instance is running a task.
-func waitRunning(t *testing.T, addr, instance string) {
+func waitRunning(t *testing.T, s lifecycleStore, instance string) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		if n := runningTasks(t, addr, instance); n > 0 {
+		if n := runningTasks(t, s, instance); n > 0 {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -209,11 +216,11 @@ func waitRunning(t *testing.T, addr, instance string) {
 // started, not that one ended: under the script the count dips for a moment
 // every second, when the init's timer ends and the next starts; liveTasks
 // tells when a sandbox is gone.
-func runningTasks(t *testing.T, addr, instance string) int {
+func runningTasks(t *testing.T, s lifecycleStore, instance string) int {
 	t.Helper()
-	c, ctx := containerdClient(t, addr)
+	c, ctx := containerdClient(t, s.addr)
 	defer c.Close()
-	ctrs, err := c.Containers(ctx, fmt.Sprintf("labels.%q==%q", runtime.LabelInstance, instance))
+	ctrs, err := c.Containers(ctx, s.owned(instance))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +264,7 @@ func leftovers(t *testing.T, s lifecycleStore, instance string) []string {
 	c, ctx := containerdClient(t, s.addr)
 	defer c.Close()
 	var out []string
-	filter := fmt.Sprintf("labels.%q==%q", runtime.LabelInstance, instance)
+	filter := s.owned(instance)
 	ctrs, err := c.Containers(ctx, filter)
 	if err != nil {
 		t.Fatal(err)
@@ -346,8 +353,8 @@ func TestLifecycleRestartAfterKill(t *testing.T) {
 	for _, srv := range []*serveProc{a, b} {
 		srv.runAsync(t, map[string]any{"language": "python", "code": "import time\nprint('started', flush=True)\ntime.sleep(60)", "timeout_seconds": 60})
 	}
-	waitRunning(t, s.addr, ia)
-	waitRunning(t, s.addr, ib)
+	waitRunning(t, s, ia)
+	waitRunning(t, s, ib)
 	a.cmd.Process.Kill()
 	b.cmd.Process.Kill()
 	a.waitExit(t, 10*time.Second)
@@ -395,7 +402,7 @@ func TestLifecycleTwoServers(t *testing.T) {
 	s := newLifecycleStore(t)
 	a, _ := s.start(t)
 	long := a.runAsync(t, map[string]any{"language": "python", "code": "import time\ntime.sleep(3)\nprint('a done')", "timeout_seconds": 30})
-	waitRunning(t, s.addr, a.instanceOf(t))
+	waitRunning(t, s, a.instanceOf(t))
 	b, _ := s.start(t) // its janitor runs now, beside a's live run
 	runOK(t, b, "print('b')")
 	select {
@@ -416,7 +423,7 @@ func TestLifecycleRunAndGCBesideServer(t *testing.T) {
 	a, _ := s.start(t)
 	ia := a.instanceOf(t)
 	long := a.runAsync(t, map[string]any{"language": "python", "code": "import time\ntime.sleep(3)\nprint('a done')", "timeout_seconds": 30})
-	waitRunning(t, s.addr, ia)
+	waitRunning(t, s, ia)
 
 	flags := []string{"--address", s.addr, "--no-start", "--state-dir", s.state}
 	out, err := exec.Command(binPath, append(append([]string{"run"}, flags...), "-l", "python", "print(40+2)")...).CombinedOutput()
@@ -448,7 +455,7 @@ func TestLifecycleClientDisconnect(t *testing.T) {
 	a, _ := s.start(t)
 	ia := a.instanceOf(t)
 	a.runAsync(t, map[string]any{"language": "python", "code": "import time\ntime.sleep(40)", "timeout_seconds": 60})
-	waitRunning(t, s.addr, ia)
+	waitRunning(t, s, ia)
 	a.stdin.Close()
 	a.stdout.Close()
 	took := a.waitExit(t, 30*time.Second)
@@ -464,7 +471,7 @@ func TestLifecycleSIGTERM(t *testing.T) {
 	a, _ := s.start(t)
 	ia := a.instanceOf(t)
 	a.runAsync(t, map[string]any{"language": "python", "code": "import time\nprint('partial', flush=True)\nopen('/proc/self/comm', 'w').write('sandpit-printed')\ntime.sleep(40)", "timeout_seconds": 60})
-	waitRunning(t, s.addr, ia)
+	waitRunning(t, s, ia)
 	testenv.WaitProcessNamed(t, "sandpit-printed")
 	a.cmd.Process.Signal(syscall.SIGTERM)
 	took := a.waitExit(t, 30*time.Second)
@@ -498,11 +505,11 @@ func TestLifecycleRunDiesWithoutServer(t *testing.T) {
 			ia := a.instanceOf(t)
 			t0 := time.Now()
 			a.runAsync(t, map[string]any{"language": "python", "code": "while True: pass", "timeout_seconds": 3})
-			waitRunning(t, s.addr, ia)
+			waitRunning(t, s, ia)
 			a.cmd.Process.Kill()
 			a.waitExit(t, 10*time.Second)
 			deadline := t0.Add(3*time.Second + 5*time.Second)
-			for liveTasks(t, s.addr, ia) > 0 && time.Now().Before(deadline.Add(20*time.Second)) {
+			for liveTasks(t, s, ia) > 0 && time.Now().Before(deadline.Add(20*time.Second)) {
 				time.Sleep(100 * time.Millisecond)
 			}
 			gone := time.Since(t0)
@@ -670,7 +677,7 @@ func TestLifecycleIdlePoolDiesWithServer(t *testing.T) {
 	a, _ := s.start(t, "--pool=2")
 	ia := a.instanceOf(t)
 	deadline := time.Now().Add(60 * time.Second)
-	for liveTasks(t, s.addr, ia) < 2 {
+	for liveTasks(t, s, ia) < 2 {
 		if time.Now().After(deadline) {
 			t.Fatal("the pool never filled")
 		}
@@ -679,9 +686,9 @@ func TestLifecycleIdlePoolDiesWithServer(t *testing.T) {
 	a.cmd.Process.Kill()
 	a.waitExit(t, 10*time.Second)
 	t0 := time.Now()
-	for liveTasks(t, s.addr, ia) > 0 {
+	for liveTasks(t, s, ia) > 0 {
 		if time.Since(t0) > 30*time.Second {
-			t.Fatalf("%d pooled sandboxes still running 30 s after their server died", liveTasks(t, s.addr, ia))
+			t.Fatalf("%d pooled sandboxes still running 30 s after their server died", liveTasks(t, s, ia))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -689,11 +696,11 @@ func TestLifecycleIdlePoolDiesWithServer(t *testing.T) {
 }
 
 // liveTasks counts instance's sandboxes whose task is running.
-func liveTasks(t *testing.T, addr, instance string) int {
+func liveTasks(t *testing.T, s lifecycleStore, instance string) int {
 	t.Helper()
-	c, ctx := containerdClient(t, addr)
+	c, ctx := containerdClient(t, s.addr)
 	defer c.Close()
-	ctrs, err := c.Containers(ctx, fmt.Sprintf("labels.%q==%q", runtime.LabelInstance, instance))
+	ctrs, err := c.Containers(ctx, s.owned(instance))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -716,10 +723,10 @@ func TestLifecycleRunDiesWithFrozenServer(t *testing.T) {
 	ia := a.instanceOf(t)
 	t0 := time.Now()
 	a.runAsync(t, map[string]any{"language": "python", "code": "while True: pass", "timeout_seconds": 3})
-	waitRunning(t, s.addr, ia)
+	waitRunning(t, s, ia)
 	a.cmd.Process.Signal(syscall.SIGSTOP)
 	defer a.cmd.Process.Signal(syscall.SIGCONT)
-	for liveTasks(t, s.addr, ia) > 0 && time.Since(t0) < 40*time.Second {
+	for liveTasks(t, s, ia) > 0 && time.Since(t0) < 40*time.Second {
 		time.Sleep(100 * time.Millisecond)
 	}
 	gone := time.Since(t0)

@@ -9,7 +9,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,7 +23,6 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 	"github.com/sandpit-dev/sandpit/mcp"
-	"github.com/sandpit-dev/sandpit/runtime"
 )
 
 func callOn(t *testing.T, c *client.Client, tool string, args map[string]any) *mcpgo.CallToolResult {
@@ -294,7 +292,7 @@ func TestMCPCancel(t *testing.T) {
 		_, err := srv.client.CallTool(ctx, req)
 		errc <- err
 	}()
-	waitRunning(t, s.addr, inst)
+	waitRunning(t, s, inst)
 	testenv.WaitProcessNamed(t, "sandpit-spin")
 	t0 := time.Now()
 	cancel() // mcp-go's client sends notifications/cancelled
@@ -470,13 +468,13 @@ func TestMCPSessionDiesWithServer(t *testing.T) {
 	srv, _ := s.start(t, "--pool=0")
 	inst := srv.instanceOf(t)
 	sessionCall(t, srv.client, "k", "k = 1")
-	if n := runningSandboxes(t, s.addr, inst); n != 1 {
+	if n := runningSandboxes(t, s, inst); n != 1 {
 		t.Fatalf("%d running sandboxes, want the session's", n)
 	}
 	t0 := time.Now()
 	srv.cmd.Process.Kill()
 	srv.waitExit(t, 10*time.Second)
-	for runningSandboxes(t, s.addr, inst) > 0 {
+	for runningSandboxes(t, s, inst) > 0 {
 		if time.Since(t0) > 60*time.Second {
 			t.Fatal("the session's sandbox still runs a minute after its server died")
 		}
@@ -486,11 +484,11 @@ func TestMCPSessionDiesWithServer(t *testing.T) {
 }
 
 // runningSandboxes counts instance's sandboxes whose task is running.
-func runningSandboxes(t *testing.T, addr, instance string) int {
+func runningSandboxes(t *testing.T, s lifecycleStore, instance string) int {
 	t.Helper()
-	c, ctx := containerdClient(t, addr)
+	c, ctx := containerdClient(t, s.addr)
 	defer c.Close()
-	ctrs, err := c.Containers(ctx, fmt.Sprintf("labels.%q==%q", runtime.LabelInstance, instance))
+	ctrs, err := c.Containers(ctx, s.owned(instance))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -42,10 +43,11 @@ type service struct {
 	mu         sync.Mutex
 	containers map[string]*container
 	closing    bool // killAll began: no container may be added
-	// made holds every container id this shim began to create. The state
-	// root is shared with the next shim of the same instance (a restarted
-	// server starts one while this one may still be exiting): at exit this
-	// one destroys only what it made.
+	// made holds the ids of containers this shim began to create and that
+	// may still have state in the root (see forget). The state root is
+	// shared with the next shim of the same instance (a restarted server
+	// starts one while this one may still be exiting): at exit this one
+	// destroys only what it made.
 	made map[string]bool
 }
 
@@ -108,6 +110,7 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		delete(s.containers, r.ID)
 		s.mu.Unlock()
 		placeholder.mu.Unlock()
+		s.forget(r.ID)
 		return nil, errdefs.ToGRPCf(errdefs.ErrUnknown, "create %s: %v", r.ID, err)
 	}
 	c.mu.Lock()
@@ -122,6 +125,7 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		}
 		c.mu.Unlock()
 		placeholder.mu.Unlock()
+		s.forget(r.ID)
 		return nil, errdefs.ToGRPCf(errdefs.ErrUnavailable, "the shim is shutting down")
 	}
 	s.containers[r.ID] = c
@@ -197,6 +201,7 @@ func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 	delete(s.containers, r.ID)
 	s.mu.Unlock()
 	c.c = nil
+	s.forget(r.ID)
 	resp := &taskAPI.DeleteResponse{Pid: uint32(c.pid), ExitStatus: uint32(c.exitStatus), ExitedAt: protobuf.ToTimestamp(c.exitedAt)}
 	s.publish(ctx, topicDelete, &eventstypes.TaskDelete{ContainerID: r.ID, Pid: resp.Pid, ExitStatus: resp.ExitStatus, ExitedAt: resp.ExitedAt})
 	return resp, nil
@@ -443,4 +448,19 @@ func destroyLeftovers(root string, mine func(id string) bool, log *slog.Logger) 
 		log.Info("destroyed a container a dead shim left", "id", id)
 	}
 	return errors.Join(errs...)
+}
+
+// forget drops id from made once its container left no state in the root
+// (destroyed, or never created): made would otherwise grow by one id per
+// sandbox for the shim's whole life. An id whose state is still there
+// (a destroy that failed) is kept, so that the exit still destroys it.
+func (s *service) forget(id string) {
+	if _, err := os.Lstat(filepath.Join(s.root, id)); !errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.containers[id] == nil { // not created again meanwhile
+		delete(s.made, id)
+	}
 }
