@@ -309,9 +309,9 @@ func getRunTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	return tool, handler
 }
 
-// getRun looks a run up, turning "no such run" into an error the model can act on.
+// getRun looks a run up, turning "no such run" into an error the model can
+// act on. The id is matched exactly, as Runs.get matches it.
 func getRun(ctx context.Context, h History, id string) (history.Run, error) {
-	id = strings.TrimSpace(id)
 	if id == "" {
 		return history.Run{}, argErrorf("id is required: a run id from run_code or get_execution_history")
 	}

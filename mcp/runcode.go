@@ -138,7 +138,7 @@ func (cfg Config) runRequest(a RunCodeArgs) (sandpit.Request, error) {
 	if len(a.Args) > 256 {
 		return sandpit.Request{}, argErrorf("too many args (%d, at most 256)", len(a.Args))
 	}
-	session := strings.TrimSpace(a.Session)
+	session := a.Session // exact, as ids are: the runtime refuses "a " rather than taking it for "a"
 	if session != "" && cfg.Sessions == nil {
 		return sandpit.Request{}, argErrorf("sessions are off on this server: run without session (every run starts fresh)")
 	}

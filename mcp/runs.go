@@ -206,11 +206,12 @@ func (rs *Runs) finish(l *liveRun, res *sandpit.Result, err error) {
 	rs.updated(runURI(l.id))
 }
 
-// get returns the run id if it is in flight.
+// get returns the run id if it is in flight. Ids are matched exactly: "<id> "
+// names no run.
 func (rs *Runs) get(id string) *liveRun {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	return rs.live[strings.TrimSpace(id)]
+	return rs.live[id]
 }
 
 // runForeground runs req as a call's run: in flight under the call's

@@ -120,7 +120,7 @@ func closeSessionTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
 	return tool, handle(cfg, tool, func(ctx context.Context, a CloseSessionArgs) (any, string, error) {
-		info, err := cfg.Sessions.CloseSession(ctx, strings.TrimSpace(a.Name))
+		info, err := cfg.Sessions.CloseSession(ctx, a.Name)
 		if err != nil {
 			return nil, "", err
 		}
