@@ -349,13 +349,15 @@ func formatRecord(r RunRecord) string {
 	if r.Path != "" {
 		fmt.Fprintf(&b, "--- ran workspace file %s ---\n", textName(r.Path))
 	} else {
-		fmt.Fprintf(&b, "--- code (%d bytes) ---\n%s\n", r.CodeBytes, strings.TrimSuffix(r.Code, "\n"))
+		fmt.Fprintf(&b, "--- code (%d bytes) ---\n", r.CodeBytes)
+		writeFenced(&b, r.Code)
 	}
 	head := func(name, s string, total int64) {
 		if s == "" {
 			return
 		}
-		fmt.Fprintf(&b, "--- %s (first %d of %d bytes) ---\n%s\n", name, len(s), total, strings.TrimSuffix(s, "\n"))
+		fmt.Fprintf(&b, "--- %s (first %d of %d bytes) ---\n", name, len(s), total)
+		writeFenced(&b, s)
 	}
 	head("stdout", r.StdoutHead, r.StdoutBytes)
 	head("stderr", r.StderrHead, r.StderrBytes)

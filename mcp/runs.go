@@ -488,9 +488,11 @@ func formatLive(r RunRecord) string {
 		if total == 0 {
 			return
 		}
-		fmt.Fprintf(&b, "--- %s so far (%d bytes; first %d) ---\n%s\n", name, total, len(h), strings.TrimSuffix(h, "\n"))
+		fmt.Fprintf(&b, "--- %s so far (%d bytes; first %d) ---\n", name, total, len(h))
+		writeFenced(&b, h)
 		if tail != "" {
-			fmt.Fprintf(&b, "--- %s, last %d bytes ---\n%s\n", name, len(tail), strings.TrimSuffix(tail, "\n"))
+			fmt.Fprintf(&b, "--- %s, last %d bytes ---\n", name, len(tail))
+			writeFenced(&b, tail)
 		}
 	}
 	head("stdout", r.StdoutHead, r.StdoutTail, r.StdoutBytes)
