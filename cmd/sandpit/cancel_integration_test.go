@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandpit-dev/sandpit/store/history"
 )
 
 // rawServer is `sandpit serve` spoken to in raw JSON-RPC lines, so a test
@@ -146,5 +148,32 @@ func TestMCPCancelledRunLandsBeforeNextCall(t *testing.T) {
 	runs, _ := got[4]["runs"].([]any)
 	if len(runs) != 1 {
 		t.Errorf("cancelled runs in the history when the next call was answered: %v", runs)
+	}
+}
+
+// A background run whose client goes away right after starting it (stdin
+// closes: the server cancels its background runs and exits) is recorded
+// as cancelled, even when it was cancelled before its program started (on
+// the code before, such a run was never recorded).
+func TestMCPBackgroundRunOfAVanishedClientIsRecorded(t *testing.T) {
+	args := serverArgs(t)
+	db := args[slices.Index(args, "--history-db")+1]
+	s := startRaw(t, args...)
+	s.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_code","arguments":{"language":"bash","code":"sleep 30","background":true}}}`)
+	id, _ := s.replies(t, 2)[2]["id"].(string)
+	if id == "" {
+		t.Fatal("no run id")
+	}
+	s.stdin.Close()
+	for range s.msgs { // stdout closes when the server exits
+	}
+	h, err := history.Open(t.Context(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	r, err := h.Get(t.Context(), id)
+	if err != nil || r.Status != "cancelled" {
+		t.Fatalf("the background run in the history: %+v, %v", r, err)
 	}
 }
