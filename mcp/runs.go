@@ -479,9 +479,9 @@ func formatLive(r RunRecord) string {
 	if r.Background {
 		kind = "background run"
 	}
-	fmt.Fprintf(&b, "%s %s: %s, running for %d ms (started %s)", kind, r.ID, r.Language, r.DurationMS, r.Started)
+	fmt.Fprintf(&b, "%s %s: %s, running for %d ms (started %s)", kind, r.ID, textName(r.Language), r.DurationMS, r.Started)
 	if r.Session != "" {
-		fmt.Fprintf(&b, " in session %s", r.Session)
+		fmt.Fprintf(&b, " in session %s", textName(r.Session))
 	}
 	b.WriteString("\n")
 	head := func(name, h, tail string, total int64) {
