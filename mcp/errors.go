@@ -5,7 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
@@ -54,8 +58,8 @@ func toolError(log *slog.Logger, tool string, err error) *mcpgo.CallToolResult {
 		log.Warn("tool failed: unavailable", "tool", tool, "err", err)
 	}
 	// Messages quote names and values sandpit did not write (an SQLite
-	// error names the table the caller asked for).
-	msg := textLines(err.Error())
+	// error names the table the caller asked for), of any length.
+	msg := textLines(boundError(err.Error()))
 	hint := sandpit.HintOf(err)
 	if hint == "" {
 		hint = toolHints[tool][class]
@@ -71,4 +75,46 @@ func errorRef() string {
 	b := make([]byte, 4)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// Bounds on what an error quotes back: a value a caller or program gave can
+// be of any length (a 4,000-character session name), and the error is read
+// by the model.
+const (
+	maxQuotedRunes = 64   // of each Go-quoted value in an error
+	maxErrorRunes  = 1000 // of an error's whole message
+)
+
+// boundError shortens what msg quotes: each Go-quoted value (as %q writes
+// it, whichever package wrote the error) keeps its first maxQuotedRunes
+// characters, then "…" and its length; and the whole message keeps its
+// first maxErrorRunes characters, for what an error echoes unquoted.
+func boundError(msg string) string {
+	var b strings.Builder
+	for rest := msg; ; {
+		i := strings.IndexByte(rest, '"')
+		if i < 0 {
+			b.WriteString(rest)
+			break
+		}
+		b.WriteString(rest[:i])
+		rest = rest[i:]
+		q, err := strconv.QuotedPrefix(rest)
+		if err != nil {
+			b.WriteByte('"')
+			rest = rest[1:]
+			continue
+		}
+		rest = rest[len(q):]
+		v, _ := strconv.Unquote(q)
+		if n := utf8.RuneCountInString(v); n > maxQuotedRunes {
+			q = fmt.Sprintf("%s… (%d characters)", strconv.Quote(string([]rune(v)[:maxQuotedRunes])), n)
+		}
+		b.WriteString(q)
+	}
+	s := b.String()
+	if n := utf8.RuneCountInString(s); n > maxErrorRunes {
+		s = fmt.Sprintf("%s… (the message goes on for %d more characters)", string([]rune(s)[:maxErrorRunes]), n-maxErrorRunes)
+	}
+	return s
 }

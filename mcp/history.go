@@ -39,7 +39,15 @@ type observedRunner struct {
 
 func (o *observedRunner) Run(ctx context.Context, req sandpit.Request) (*sandpit.Result, error) {
 	done := o.metrics.begin()
+	t0 := time.Now()
 	res, err := o.Runner.Run(ctx, req)
+	if err != nil && ctx.Err() != nil && req.ID != "" && !errors.Is(err, sandpit.ErrInvalidArgument) {
+		// Cancelled before its program started (waiting for admission,
+		// its sandbox being made): the runtime has no result, but the run
+		// was started, given an id and perhaps shown by get_run. It is
+		// data, a cancelled run, and recorded as every run is.
+		res, err = cancelledEarly(req, t0), nil
+	}
 	done(req.Language, res, err)
 	if err != nil || res == nil || o.history == nil {
 		return res, err
@@ -58,6 +66,17 @@ func (o *observedRunner) Run(ctx context.Context, req sandpit.Request) (*sandpit
 		o.log.Warn("recording run in history failed; the run itself is unaffected", "run", res.ID, "err", rerr)
 	}
 	return res, nil
+}
+
+// cancelledEarly is the result of a run cancelled before the runtime had
+// one to give.
+func cancelledEarly(req sandpit.Request, started time.Time) *sandpit.Result {
+	d := time.Since(started)
+	return &sandpit.Result{
+		ID: req.ID, Language: req.Language, Status: sandpit.StatusCancelled,
+		Started: started.UTC(), Duration: d, DurationMS: d.Milliseconds(),
+		Limits: sandpit.Limits{TimeoutSeconds: req.Timeout.Seconds()},
+	}
 }
 
 // historyRun is what the history keeps of a run.
@@ -309,9 +328,9 @@ func getRunTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 	return tool, handler
 }
 
-// getRun looks a run up, turning "no such run" into an error the model can act on.
+// getRun looks a run up, turning "no such run" into an error the model can
+// act on. The id is matched exactly, as Runs.get matches it.
 func getRun(ctx context.Context, h History, id string) (history.Run, error) {
-	id = strings.TrimSpace(id)
 	if id == "" {
 		return history.Run{}, argErrorf("id is required: a run id from run_code or get_execution_history")
 	}
@@ -330,13 +349,15 @@ func formatRecord(r RunRecord) string {
 	if r.Path != "" {
 		fmt.Fprintf(&b, "--- ran workspace file %s ---\n", textName(r.Path))
 	} else {
-		fmt.Fprintf(&b, "--- code (%d bytes) ---\n%s\n", r.CodeBytes, strings.TrimSuffix(r.Code, "\n"))
+		fmt.Fprintf(&b, "--- code (%d bytes) ---\n", r.CodeBytes)
+		writeFenced(&b, r.Code)
 	}
 	head := func(name, s string, total int64) {
 		if s == "" {
 			return
 		}
-		fmt.Fprintf(&b, "--- %s (first %d of %d bytes) ---\n%s\n", name, len(s), total, strings.TrimSuffix(s, "\n"))
+		fmt.Fprintf(&b, "--- %s (first %d of %d bytes) ---\n", name, len(s), total)
+		writeFenced(&b, s)
 	}
 	head("stdout", r.StdoutHead, r.StdoutBytes)
 	head("stderr", r.StderrHead, r.StderrBytes)

@@ -111,3 +111,38 @@ func textLines(s string) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// Program output in text content. What a program prints (its stdout and
+// stderr, a session's value) is not one name but many lines, and it could
+// print lines that read as the server's own: "status: success", a section
+// header, a workspace line. Text content prints it through writeFenced:
+// every line after fence, which the server's own lines never start with,
+// so no line of output stands at the server's level; control characters
+// (CR, ESC, NUL...), the Unicode line and paragraph separators and bidi
+// marks are escaped as textLine escapes them, tabs are kept. Structured
+// content keeps the exact bytes.
+
+// fence starts every line of program-written text in text content.
+const fence = "| "
+
+// writeFenced writes s to b, each line after fence and ending in a
+// newline. An empty line is the fence alone, without its space.
+func writeFenced(b *strings.Builder, s string) {
+	if s == "" {
+		return
+	}
+	for _, line := range strings.Split(strings.TrimSuffix(s, "\n"), "\n") {
+		if line == "" {
+			b.WriteString(strings.TrimSpace(fence) + "\n")
+			continue
+		}
+		b.WriteString(fence)
+		for i, part := range strings.Split(line, "\t") {
+			if i > 0 {
+				b.WriteByte('\t')
+			}
+			b.WriteString(textLine(part))
+		}
+		b.WriteByte('\n')
+	}
+}

@@ -178,7 +178,9 @@ func fixRunPrompt(r RunRecord, s StatusReport) string {
 		if int64(len(head)) < total || truncated {
 			fmt.Fprintf(&b, " (first %d of %d bytes)", len(head), total)
 		}
-		fmt.Fprintf(&b, ":\n```\n%s\n```\n", strings.TrimSuffix(head, "\n"))
+		// Fenced line by line, not in a ``` block the program could close.
+		b.WriteString(" (each line after \"| \"):\n")
+		writeFenced(&b, head)
 	}
 	output("stderr", r.StderrHead, r.StderrBytes, r.StderrTruncated)
 	output("stdout", r.StdoutHead, r.StdoutBytes, r.StdoutTruncated)

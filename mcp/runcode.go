@@ -56,7 +56,8 @@ func runCodeTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		mcpgo.WithDescription(fmt.Sprintf(
 			"Run a %s program in a fresh, isolated container (no network, read-only system files, bounded CPU/memory/processes/time/output) and return its stdout, stderr, exit code and status. "+
 				"C and C++ are compiled first; a compiler failure is status compile_error. Timeout defaults to %s, at most %s. "+
-				"Images the run writes into the workspace (PNG, JPEG, GIF, WebP; matplotlib's plt.show() saves figure-N.png) come back as image content, other files it writes as resource links.%s%s",
+				"Images the run writes into the workspace (PNG, JPEG, GIF, WebP; matplotlib's plt.show() saves figure-N.png) come back as image content, other files it writes as resource links. "+
+				"In the text result every line the program wrote (and a session's value) follows \"| \", control characters escaped; the structured result has them exactly.%s%s",
 			strings.Join(langs, ", "), cfg.DefaultTimeout, cfg.MaxTimeout, cfg.sessionHelp(), cfg.backgroundHelp())),
 		mcpgo.WithInputSchema[RunCodeArgs](),
 		nonBlank("language"),
@@ -138,7 +139,7 @@ func (cfg Config) runRequest(a RunCodeArgs) (sandpit.Request, error) {
 	if len(a.Args) > 256 {
 		return sandpit.Request{}, argErrorf("too many args (%d, at most 256)", len(a.Args))
 	}
-	session := strings.TrimSpace(a.Session)
+	session := a.Session // exact, as ids are: the runtime refuses "a " rather than taking it for "a"
 	if session != "" && cfg.Sessions == nil {
 		return sandpit.Request{}, argErrorf("sessions are off on this server: run without session (every run starts fresh)")
 	}
@@ -208,10 +209,7 @@ func formatRun(r RunCodeResult) string {
 			fmt.Fprintf(&b, " (truncated: %d of %d bytes shown)", len(s), total)
 		}
 		b.WriteString(" ---\n")
-		b.WriteString(s)
-		if !strings.HasSuffix(s, "\n") {
-			b.WriteString("\n")
-		}
+		writeFenced(&b, s)
 	}
 	section("stdout", r.Stdout, r.StdoutTruncated, r.StdoutBytes)
 	section("stderr", r.Stderr, r.StderrTruncated, r.StderrBytes)
@@ -220,7 +218,8 @@ func formatRun(r RunCodeResult) string {
 		if r.ValueTruncated {
 			b.WriteString(" (truncated)")
 		}
-		b.WriteString(" ---\n" + strings.TrimSuffix(r.Value, "\n") + "\n")
+		b.WriteString(" ---\n")
+		writeFenced(&b, r.Value)
 	}
 	b.WriteString(formatSession(r.Session))
 	switch r.Status {

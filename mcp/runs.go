@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -28,6 +29,10 @@ type Runs struct {
 	ctx           context.Context // parent of background runs
 	cancel        context.CancelFunc
 	wg            sync.WaitGroup
+
+	// onSettle, when set (tests), is called when a call starts waiting
+	// for cancelled runs to end.
+	onSettle func()
 
 	mu         sync.Mutex
 	live       map[string]*liveRun
@@ -73,8 +78,10 @@ type liveRun struct {
 	req        sandpit.Request
 	started    time.Time
 	background bool
+	ctx        context.Context // the run's: done once it is told to stop
 	cancel     context.CancelFunc
 	done       chan struct{}
+	stopped    atomic.Int64 // when ctx ended, in Unix nanoseconds; 0 while it runs
 
 	mu             sync.Mutex
 	stdout, stderr liveStream
@@ -161,10 +168,13 @@ func newRunID() string {
 	return hex.EncodeToString(b)
 }
 
-// start registers req (given an id) as in flight and wires its live output.
-func (rs *Runs) start(req *sandpit.Request, background bool, cancel context.CancelFunc) (*liveRun, error) {
+// start registers req (given an id) as in flight under ctx and wires its
+// live output. A call already cancelled starts no run: a call that came
+// after the cancellation may have looked for runs to wait for already
+// (settle), and would not see this one.
+func (rs *Runs) start(ctx context.Context, req *sandpit.Request, background bool, cancel context.CancelFunc) (*liveRun, error) {
 	req.ID = newRunID()
-	l := &liveRun{id: req.ID, req: *req, started: time.Now(), background: background, cancel: cancel, done: make(chan struct{})}
+	l := &liveRun{id: req.ID, req: *req, started: time.Now(), background: background, ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	l.req.Output, l.req.Workspace = nil, nil
 	prev := req.Output
 	req.Output = func(s sandpit.Stream, p []byte) {
@@ -175,6 +185,9 @@ func (rs *Runs) start(req *sandpit.Request, background bool, cancel context.Canc
 	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if background {
 		switch {
 		case rs.closed:
@@ -188,7 +201,46 @@ func (rs *Runs) start(req *sandpit.Request, background bool, cancel context.Canc
 		rs.background++
 	}
 	rs.live[l.id] = l
+	context.AfterFunc(ctx, func() { l.stopped.Store(time.Now().UnixNano()) })
 	return l, nil
+}
+
+// settle waits until every run told to stop (by cancel_run, the client's
+// notifications/cancelled, or Close) has ended: its sandbox gone, its
+// workspace changes merged, its record written. A cancelled call's client
+// does not wait for that; the calls it sends next must not see the
+// workspace or the history without the run's changes, and then with them.
+// A run that has not ended cancelWait after it was told to stop is waited
+// for no longer (it is stuck; cancel_run gives up on it as long). Returns
+// early when ctx ends.
+func (rs *Runs) settle(ctx context.Context) {
+	rs.mu.Lock()
+	var stopping []*liveRun
+	for _, l := range rs.live {
+		if l.ctx.Err() != nil {
+			stopping = append(stopping, l)
+		}
+	}
+	rs.mu.Unlock()
+	if len(stopping) > 0 && rs.onSettle != nil {
+		rs.onSettle()
+	}
+	for _, l := range stopping {
+		since := time.Now()
+		if ns := l.stopped.Load(); ns != 0 {
+			since = time.Unix(0, ns)
+		}
+		wait := time.NewTimer(time.Until(since.Add(cancelWait)))
+		select {
+		case <-l.done:
+		case <-wait.C:
+		case <-ctx.Done():
+		}
+		wait.Stop()
+		if ctx.Err() != nil {
+			return
+		}
+	}
 }
 
 // finish records l's outcome, forgets it and tells subscribers.
@@ -206,11 +258,12 @@ func (rs *Runs) finish(l *liveRun, res *sandpit.Result, err error) {
 	rs.updated(runURI(l.id))
 }
 
-// get returns the run id if it is in flight.
+// get returns the run id if it is in flight. Ids are matched exactly: "<id> "
+// names no run.
 func (rs *Runs) get(id string) *liveRun {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	return rs.live[strings.TrimSpace(id)]
+	return rs.live[id]
 }
 
 // runForeground runs req as a call's run: in flight under the call's
@@ -218,7 +271,7 @@ func (rs *Runs) get(id string) *liveRun {
 func (rs *Runs) runForeground(ctx context.Context, r Runner, req sandpit.Request, progress func(*liveRun) func()) (*sandpit.Result, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	l, err := rs.start(&req, false, cancel)
+	l, err := rs.start(ctx, &req, false, cancel)
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +285,7 @@ func (rs *Runs) runForeground(ctx context.Context, r Runner, req sandpit.Request
 // runBackground starts req in the background and returns its id at once.
 func (rs *Runs) runBackground(r Runner, req sandpit.Request) (string, error) {
 	ctx, cancel := context.WithCancel(rs.ctx)
-	l, err := rs.start(&req, true, cancel)
+	l, err := rs.start(ctx, &req, true, cancel)
 	if err != nil {
 		cancel()
 		return "", err
@@ -370,6 +423,15 @@ func (rs *Runs) hooks(h *server.Hooks) {
 	h.AddAfterSubscriptionsListen(func(ctx context.Context, id any, req *mcpgo.SubscriptionsListenRequest, _ *mcpgo.SubscriptionsListenResult) {
 		listened(ctx, id, req, false)
 	})
+	// A request that reads or changes the workspace or the history (a tool
+	// call, a resource read, a prompt built from a run) first waits for
+	// the runs told to stop to end.
+	h.AddBeforeAny(func(ctx context.Context, _ any, method mcpgo.MCPMethod, _ any) {
+		switch method {
+		case mcpgo.MethodToolsCall, mcpgo.MethodResourcesRead, mcpgo.MethodPromptsGet:
+			rs.settle(ctx)
+		}
+	})
 	h.AddOnError(func(ctx context.Context, id any, method mcpgo.MCPMethod, msg any, _ error) {
 		if req, ok := msg.(*mcpgo.SubscriptionsListenRequest); ok && method == mcpgo.MethodSubscriptionsListen {
 			listened(ctx, id, req, false)
@@ -417,18 +479,20 @@ func formatLive(r RunRecord) string {
 	if r.Background {
 		kind = "background run"
 	}
-	fmt.Fprintf(&b, "%s %s: %s, running for %d ms (started %s)", kind, r.ID, r.Language, r.DurationMS, r.Started)
+	fmt.Fprintf(&b, "%s %s: %s, running for %d ms (started %s)", kind, r.ID, textName(r.Language), r.DurationMS, r.Started)
 	if r.Session != "" {
-		fmt.Fprintf(&b, " in session %s", r.Session)
+		fmt.Fprintf(&b, " in session %s", textName(r.Session))
 	}
 	b.WriteString("\n")
 	head := func(name, h, tail string, total int64) {
 		if total == 0 {
 			return
 		}
-		fmt.Fprintf(&b, "--- %s so far (%d bytes; first %d) ---\n%s\n", name, total, len(h), strings.TrimSuffix(h, "\n"))
+		fmt.Fprintf(&b, "--- %s so far (%d bytes; first %d) ---\n", name, total, len(h))
+		writeFenced(&b, h)
 		if tail != "" {
-			fmt.Fprintf(&b, "--- %s, last %d bytes ---\n%s\n", name, len(tail), strings.TrimSuffix(tail, "\n"))
+			fmt.Fprintf(&b, "--- %s, last %d bytes ---\n", name, len(tail))
+			writeFenced(&b, tail)
 		}
 	}
 	head("stdout", r.StdoutHead, r.StdoutTail, r.StdoutBytes)

@@ -120,7 +120,7 @@ func closeSessionTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		mcpgo.WithOpenWorldHintAnnotation(false),
 	)
 	return tool, handle(cfg, tool, func(ctx context.Context, a CloseSessionArgs) (any, string, error) {
-		info, err := cfg.Sessions.CloseSession(ctx, strings.TrimSpace(a.Name))
+		info, err := cfg.Sessions.CloseSession(ctx, a.Name)
 		if err != nil {
 			return nil, "", err
 		}
@@ -146,13 +146,13 @@ func formatSession(s *sandpit.SessionResult) string {
 		}
 		b.WriteString(" A run_code with this session name starts a new, empty session.\n")
 	case s.New:
-		fmt.Fprintf(&b, "session %s: new (call 1)", s.Name)
+		fmt.Fprintf(&b, "session %s: new (call 1)", textName(s.Name))
 		if s.Previous != "" {
 			b.WriteString("; " + textLine(s.Previous))
 		}
 		b.WriteString("\n")
 	default:
-		fmt.Fprintf(&b, "session %s: call %d\n", s.Name, s.Call)
+		fmt.Fprintf(&b, "session %s: call %d\n", textName(s.Name), s.Call)
 	}
 	return b.String()
 }

@@ -81,7 +81,7 @@ func TestMCPSessions(t *testing.T) {
 	if r.Value != "{'x': 3, 'tmp': True}" || r.Session.Call != 3 {
 		t.Fatalf("third call: value %q, %+v", r.Value, r.Session)
 	}
-	if txt := text(callOn(t, c, "run_code", map[string]any{"language": "python", "session": "a", "code": "x"})); !strings.Contains(txt, "--- value ---\n3\n") {
+	if txt := text(callOn(t, c, "run_code", map[string]any{"language": "python", "session": "a", "code": "x"})); !strings.Contains(txt, "--- value ---\n| 3\n") {
 		t.Errorf("text of a value: %q", txt)
 	}
 	r = sessionCall(t, c, "b", "import os\n('x' in globals(), os.path.exists('/tmp/a-only'))")
