@@ -92,6 +92,8 @@ if [ "$want_go" -eq 1 ]; then
 	# Building: cgo (SQLite, and, as root, seccomp in sandpit-shim through
 	# libseccomp; rootless serving builds no shim).
 	need gcc gcc
+	# The test command's live neighbour (scripts/neighbour.py).
+	need python3 python3
 	[ "$rootless" -eq 1 ] || need_file /usr/include/seccomp.h libseccomp-dev
 fi
 need_file /usr/share/keyrings/debian-archive-keyring.gpg debian-archive-keyring

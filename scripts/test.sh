@@ -51,6 +51,18 @@ export SANDPIT_TEST_CONTAINERD="$sock"
 export SANDPIT_REQUIRE_INTEGRATION=1
 export SANDPIT_BIN="$PWD/bin/sandpit"
 export SANDPIT_TEST_RUNTIME=sandpit # the shim serve uses by default
+# A live neighbour: `sandpit serve` with the default state dir and instance
+# on the same containerd, running run_code the whole time the Go tests run.
+# The suite's servers (instance default, other state dirs) must never touch
+# its sandboxes, nor count them as their leftovers; every run must succeed.
+# SANDPIT_NEIGHBOUR=0 leaves it out.
+neighbour=
+if [ "${SANDPIT_NEIGHBOUR:-1}" != 0 ]; then
+	nbdir=$(mktemp -d)
+	python3 scripts/neighbour.py --address "$sock" --until-file "$nbdir/stop" >"$nbdir/out" 2>&1 &
+	neighbour=$!
+	trap 'touch "$nbdir/stop"' EXIT
+fi
 go test -count=1 -timeout 30m ./...
 # The suite above runs sandboxes under sandpit's own shim (the default);
 # the containerd runc shim stays selectable, so the attack suite, the
@@ -58,6 +70,14 @@ go test -count=1 -timeout 30m ./...
 echo "== runtime tests under io.containerd.runc.v2"
 SANDPIT_TEST_RUNTIME=io.containerd.runc.v2 go test -count=1 -timeout 20m \
 	-run 'TestAttack|TestSecurityFromInside|TestPoolBehavesLikeCold|TestStdioIntegrity|TestRunPrograms' ./runtime
+
+if [ -n "$neighbour" ]; then
+	touch "$nbdir/stop"
+	if ! wait "$neighbour"; then
+		echo "== the live neighbour's runs failed beside the suite:"; cat "$nbdir/out"; exit 1
+	fi
+	echo "== $(tail -1 "$nbdir/out") (a live server beside the suite)"
+fi
 
 if [ -x scripts/inspector-test.sh ]; then
 	echo "== MCP Inspector (third-party client)"
