@@ -21,3 +21,20 @@ func TestPoll(t *testing.T) {
 		t.Fatalf("Poll did not look again at the deadline: %d calls", calls)
 	}
 }
+
+func TestCPUTime(t *testing.T) {
+	before := CPUTime(t)
+	time.Sleep(50 * time.Millisecond)
+	if slept := CPUTime(t) - before; slept >= 50*time.Millisecond {
+		t.Errorf("sleeping 50 ms counted %v of CPU", slept)
+	}
+	// Spinning counts, however little of the CPU the host gives us.
+	spin := func() bool {
+		for start := time.Now(); time.Since(start) < 10*time.Millisecond; {
+		}
+		return CPUTime(t)-before >= 20*time.Millisecond
+	}
+	if !Poll(Patience, spin) {
+		t.Errorf("spinning for %v counted %v of CPU", Patience, CPUTime(t)-before)
+	}
+}
