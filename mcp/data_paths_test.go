@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 	"github.com/sandpit-dev/sandpit/store/validate"
 	"github.com/sandpit-dev/sandpit/store/workspace"
 )
@@ -71,8 +72,8 @@ func TestDataToolsRefuseFIFO(t *testing.T) {
 				if strings.Contains(err.Error(), ws.Dir()) {
 					t.Fatalf("the error names a host path: %v", err)
 				}
-			case <-time.After(5 * time.Second):
-				t.Fatal("still blocked on the FIFO after 5s")
+			case <-time.After(testenv.Patience):
+				t.Fatalf("still blocked on the FIFO after %v", testenv.Patience)
 			}
 		})
 	}

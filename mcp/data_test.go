@@ -16,6 +16,7 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	_ "github.com/mattn/go-sqlite3" // the writable driver, to build the fixture
 
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 	"github.com/sandpit-dev/sandpit/store/querydb"
 	"github.com/sandpit-dev/sandpit/store/validate"
 	"github.com/sandpit-dev/sandpit/store/workspace"
@@ -28,8 +29,16 @@ type dataFixture struct {
 }
 
 // newDataClient serves only the data tools, over mcp-go's in-process
-// transport, with a configured database and a workspace directory.
+// transport, with a configured database and a workspace directory. Its
+// queries' time limit is out of the way (a loaded host must not turn an
+// answer or a refusal into a timeout); newDataClientTimeout sets it.
 func newDataClient(t *testing.T) dataFixture {
+	t.Helper()
+	return newDataClientTimeout(t, testenv.Patience)
+}
+
+// newDataClientTimeout is newDataClient with a query time limit.
+func newDataClientTimeout(t *testing.T, queryTimeout time.Duration) dataFixture {
 	t.Helper()
 	ws := t.TempDir()
 	dbPath := filepath.Join(t.TempDir(), "shop.db")
@@ -52,7 +61,7 @@ func newDataClient(t *testing.T) dataFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	qdb, err := querydb.New(dbPath, files.OpenFile, querydb.Options{Timeout: 300 * time.Millisecond})
+	qdb, err := querydb.New(dbPath, files.OpenFile, querydb.Options{Timeout: queryTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,6 +138,7 @@ func TestDataToolsListed(t *testing.T) {
 
 func TestQueryDBTool(t *testing.T) {
 	f := newDataClient(t)
+	short := newDataClientTimeout(t, 300*time.Millisecond) // for the endless query only
 	before, _ := os.ReadFile(f.dbPath)
 
 	var sch querydb.Schema
@@ -157,6 +167,10 @@ func TestQueryDBTool(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			f := f
+			if tt.name == "timeout" {
+				f = short
+			}
 			var out QueryDBResult
 			res := f.call(t, "query_db", tt.args, &out)
 			text := resultText(res)

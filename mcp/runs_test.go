@@ -11,6 +11,7 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
 // liveRunner writes its output at once, then waits to be released or
@@ -95,7 +96,7 @@ func testBackgroundRun(t *testing.T, proto string) {
 		if uri != "sandbox://runs/"+start.ID {
 			t.Fatalf("updated %s", uri)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Patience):
 		t.Fatal("no notifications/resources/updated")
 	}
 	var done RunRecord
@@ -134,7 +135,7 @@ func subscribeRun(t *testing.T, c *client.Client, proto, id string) {
 	t.Cleanup(stop)
 	select {
 	case <-acked:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Patience):
 		t.Fatal("subscriptions/listen not acknowledged")
 	}
 }
@@ -200,9 +201,16 @@ func TestProgressNotifications(t *testing.T) {
 		progress = append(progress, p)
 		messages = append(messages, m)
 	})
+	// The run lasts until two notifications came, the newer with a tick
+	// in it (a fixed 2 s was too short for a host at load 12 to deliver
+	// them).
 	go func() {
 		<-lr.started
-		time.Sleep(2 * time.Second) // generous: a loaded host delays ticks
+		testenv.Poll(testenv.Patience, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(progress) >= 2 && strings.Contains(messages[len(messages)-1], "tick")
+		})
 		close(lr.release)
 	}()
 	req := mcpgo.CallToolRequest{}
@@ -213,7 +221,6 @@ func TestProgressNotifications(t *testing.T) {
 	if err != nil || res.IsError {
 		t.Fatalf("%v %s", err, text(res))
 	}
-	time.Sleep(100 * time.Millisecond)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(progress) < 2 {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
 // A message over the limit is answered with an error for its id and never
@@ -43,7 +45,7 @@ func TestStdioRefusesOversizedMessages(t *testing.T) {
 				t.Fatalf("reply %q: %v", r.line, err)
 			}
 			return m
-		case <-time.After(30 * time.Second):
+		case <-time.After(testenv.Patience):
 			t.Fatal("no reply")
 			return nil
 		}
@@ -86,7 +88,7 @@ func TestStdioRefusesOversizedMessages(t *testing.T) {
 	inW.Close()
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Patience):
 		t.Fatal("ServeStdio did not return at EOF")
 	}
 }

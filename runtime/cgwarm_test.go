@@ -26,7 +26,10 @@ func TestMigrationWarmer(t *testing.T) {
 	waitFor(t, "a second write while held", func() bool { return w.writes.Load() >= 2 })
 	release()
 	release() // twice: still one release
-	time.Sleep(5 * warmInterval)
+	// Still writing: a few more writes after the releases (a fixed pause
+	// proved nothing on a host too loaded to run the loop meanwhile).
+	n := w.writes.Load()
+	waitFor(t, "writes after one of two holds was released", func() bool { return w.writes.Load() >= n+3 })
 	w.mu.Lock()
 	running, off := w.running, w.off
 	w.mu.Unlock()
@@ -39,7 +42,7 @@ func TestMigrationWarmer(t *testing.T) {
 		defer w.mu.Unlock()
 		return !w.running
 	})
-	n := w.writes.Load()
+	n = w.writes.Load()
 	time.Sleep(5 * warmInterval)
 	if w.writes.Load() != n {
 		t.Fatal("wrote after the last release")
@@ -56,9 +59,5 @@ func TestMigrationWarmer(t *testing.T) {
 
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 10 s for %s", what)
-		}
-	}
+	testenv.Eventually(t, what, ok)
 }

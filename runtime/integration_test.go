@@ -238,7 +238,7 @@ func TestSecurityFromInside(t *testing.T) {
 	os.Setenv("SANDPIT_SECRET_CANARY", "leak-me")
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res := run(t, r, sandpit.Request{Language: tt.lang, Code: tt.code, Timeout: 15 * time.Second})
+			res := run(t, r, sandpit.Request{Language: tt.lang, Code: tt.code}) // run's generous default
 			got := res.Stdout + res.Stderr
 			if !strings.Contains(got, tt.wantOut) {
 				t.Errorf("output %q does not contain %q (status %s)", got, tt.wantOut, res.Status)
@@ -254,15 +254,18 @@ func TestSandboxRunsAsMappedHostUID(t *testing.T) {
 	}
 	r := newRuntime(t)
 	// While the sandbox sleeps, find its process on the host and check its uid.
+	// It sleeps until the test has looked (cancelled then): a fixed sleep
+	// and a 10 s search missed it on a host slow to start the sandbox.
 	done := make(chan *sandpit.Result)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
 	go func() {
-		res, _ := r.Run(context.Background(), sandpit.Request{Language: "bash", Code: "exec -a sandpit-uid-probe sleep 5", Timeout: 20 * time.Second})
+		res, _ := r.Run(ctx, sandpit.Request{Language: "bash", Code: "exec -a sandpit-uid-probe sleep 600", Timeout: 10 * time.Minute})
 		done <- res
 	}()
 	want := fmt.Sprint(m.HostBase + sandpit.SandboxUID)
 	found := false
-	for i := 0; i < 100 && !found; i++ {
-		time.Sleep(100 * time.Millisecond)
+	testenv.Poll(testenv.Patience, func() bool {
 		out, _ := exec.Command("ps", "-eo", "uid=,args=").Output()
 		for _, line := range strings.Split(string(out), "\n") {
 			if strings.Contains(line, "sandpit-uid-probe") {
@@ -273,10 +276,12 @@ func TestSandboxRunsAsMappedHostUID(t *testing.T) {
 				found = true
 			}
 		}
-	}
+		return found
+	})
 	if !found {
 		t.Error("sandbox process not seen on the host")
 	}
+	cancel()
 	<-done
 }
 
@@ -321,8 +326,7 @@ func TestJanitorRemovesOrphans(t *testing.T) {
 	nctx := namespaces.WithNamespace(context.Background(), testenv.Namespace)
 	filter := fmt.Sprintf("labels.%q==%q", runtime.LabelInstance, instance)
 	running := false
-	for i := 0; i < 200 && !running; i++ {
-		time.Sleep(50 * time.Millisecond)
+	testenv.Poll(testenv.Patience, func() bool {
 		ctrs, _ := c.Containers(nctx, filter)
 		for _, ctr := range ctrs {
 			if task, err := ctr.Task(nctx, nil); err == nil {
@@ -331,7 +335,8 @@ func TestJanitorRemovesOrphans(t *testing.T) {
 				}
 			}
 		}
-	}
+		return running
+	})
 	child.Process.Kill() // SIGKILL: the server dies mid-run
 	child.Wait()
 	if !running {
@@ -361,20 +366,24 @@ func TestJanitorRemovesOrphans(t *testing.T) {
 }
 
 func TestUnknownLanguageAndMissingDaemon(t *testing.T) {
-	r, err := runtime.New(runtime.Config{Address: "/nonexistent/containerd.sock", StateDir: t.TempDir(), Languages: runtime.DefaultLanguages("x")})
+	// A missing socket is reported at once, never after the dial timeout:
+	// an hour here, so that the check needs no bet on the host's speed (a
+	// run that waited for the dial would end at the context's deadline).
+	r, err := runtime.New(runtime.Config{Address: "/nonexistent/containerd.sock", StateDir: t.TempDir(), Languages: runtime.DefaultLanguages("x"), DialTimeout: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.Run(t.Context(), sandpit.Request{Language: "cobol", Code: "x"}); !errors.Is(err, runtime.ErrUnknownLanguage) {
 		t.Errorf("unknown language: err = %v", err)
 	}
-	start := time.Now()
-	_, err = r.Run(t.Context(), sandpit.Request{Language: "python", Code: "print(1)"})
+	ctx, cancel := context.WithTimeout(t.Context(), testenv.Patience)
+	defer cancel()
+	_, err = r.Run(ctx, sandpit.Request{Language: "python", Code: "print(1)"})
 	if !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "/nonexistent/containerd.sock") {
 		t.Errorf("missing daemon: err = %v, want ErrUnavailable naming the socket", err)
 	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("took %s to report a missing daemon", d)
+	if ctx.Err() != nil {
+		t.Errorf("waited %v (the dial timeout is an hour) to report a missing daemon", testenv.Patience)
 	}
 }
 

@@ -137,7 +137,7 @@ func (r *Runtime) startPools() {
 		r.pools[l.Image] = p
 		r.pooled[l.Name] = p
 		p.refill()
-		go p.expireLoop()
+		go p.expireLoop(max(min(idle, shrink)/4, 50*time.Millisecond))
 	}
 }
 
@@ -299,9 +299,11 @@ func (p *pool) discard(w *warm) {
 }
 
 // expireLoop destroys sandboxes idle for longer than the idle timeout, and
-// shrinks a target grown by a burst once misses stop.
-func (p *pool) expireLoop() {
-	tick := time.NewTicker(max(min(p.idle, p.shrinkAfter)/4, 50*time.Millisecond))
+// shrinks a target grown by a burst once misses stop. It looks every
+// period, which the caller derives from the configured timeouts: the
+// pool's fields are read under p.mu only (tests change shrinkAfter).
+func (p *pool) expireLoop(period time.Duration) {
+	tick := time.NewTicker(period)
 	defer tick.Stop()
 	for range tick.C {
 		p.mu.Lock()

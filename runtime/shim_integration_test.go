@@ -82,12 +82,12 @@ func TestShimCrashMidRun(t *testing.T) {
 	inflight := make(chan out, 2)
 	for range 2 {
 		go func() {
-			res, err := r.Run(t.Context(), sandpit.Request{Language: "bash", Code: "exec -a " + marker + " sleep 600", Timeout: 50 * time.Second})
+			res, err := r.Run(t.Context(), sandpit.Request{Language: "bash", Code: "exec -a " + marker + " sleep 600", Timeout: 10 * time.Minute})
 			inflight <- out{res, err}
 		}()
 	}
 	waitPrograms(t, cfg.Address, cfg.Instance, 2)
-	for deadline := time.Now().Add(10 * time.Second); len(hostProcs(t, marker)) < 2; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(testenv.Patience); len(hostProcs(t, marker)) < 2; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the runs' programs never showed up: %v", hostProcs(t, marker))
 		}
@@ -112,12 +112,12 @@ func TestShimCrashMidRun(t *testing.T) {
 			case !strings.Contains(o.err.Error(), strconv.Itoa(pids[0])) || sandpit.HintOf(o.err) == "":
 				t.Errorf("in-flight run: error %q (hint %q) does not name the shim and its log", o.err, sandpit.HintOf(o.err))
 			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("an in-flight run still hangs 30 s after its shim was killed")
+		case <-time.After(testenv.Patience):
+			t.Fatalf("an in-flight run still hangs %v after its shim was killed", testenv.Patience)
 		}
 	}
 	// The dead shim's sandboxes kept running; the fresh one kills them.
-	for deadline := time.Now().Add(20 * time.Second); len(hostProcs(t, marker)) > 0; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(testenv.Patience); len(hostProcs(t, marker)) > 0; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("programs of the dead shim's sandboxes still run: %v", hostProcs(t, marker))
 		}

@@ -38,7 +38,9 @@ func (v plainView) Close(context.Context) (*sandpit.Changes, error) {
 // request; the open is reported apart.
 func TestWorkspaceOpenIsNotRunTime(t *testing.T) {
 	r := newRuntime(t)
-	const timeout, delay = 2 * time.Second, 3 * time.Second
+	// The program needs far less than its timeout, on any host: 2 s was
+	// within reach of a cold start at load 12. The open takes longer.
+	const timeout, delay = 15 * time.Second, 20 * time.Second
 	res := run(t, r, sandpit.Request{
 		Language:  "python",
 		Code:      "print('ok')",

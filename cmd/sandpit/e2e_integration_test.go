@@ -51,7 +51,7 @@ func startServer(t *testing.T, env []string, args ...string) *client.Client {
 		t.Fatalf("start sandpit serve: %v", err)
 	}
 	t.Cleanup(func() { c.Close() })
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), testenv.Patience)
 	defer cancel()
 	var init mcpgo.InitializeRequest
 	init.Params.ProtocolVersion = mcpgo.LATEST_PROTOCOL_VERSION
@@ -69,6 +69,9 @@ func serverArgs(t *testing.T) []string {
 	return append([]string{
 		"--address", addr, "--no-start", "--build-images=false", "--memory-mb", "256",
 		"--instance", testenv.Instance(t),
+		// A run that gives no timeout may take a minute, not 10 s: a
+		// loaded host compiles C++ slowly.
+		"--timeout", "1m",
 	}, storeArgs(t)...)
 }
 
@@ -85,7 +88,7 @@ func storeArgs(t *testing.T) []string {
 
 func call(t *testing.T, c *client.Client, tool string, args map[string]any) *mcpgo.CallToolResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), testenv.Patience)
 	defer cancel()
 	var req mcpgo.CallToolRequest
 	req.Params.Name = tool
@@ -146,7 +149,7 @@ func TestMCPRunCode(t *testing.T) {
 		{name: "read-only root", args: map[string]any{"language": "bash", "code": "echo x > /usr/x"}, status: "error", exit: 1, has: "Read-only file system"},
 		{name: "no privileges", args: map[string]any{"language": "bash", "code": "grep -E 'NoNewPrivs|CapEff' /proc/self/status"}, status: "success", has: "CapEff:\t0000000000000000"},
 		{name: "memory hog", args: map[string]any{"language": "python", "code": "x = []\nwhile True: x.append(bytearray(32 << 20))", "timeout_seconds": 60}, status: "oom"},
-		{name: "fork bomb", args: map[string]any{"language": "bash", "code": ":(){ :|:& };: 2>/dev/null; sleep 1; echo alive", "timeout_seconds": 10}, has: "alive"},
+		{name: "fork bomb", args: map[string]any{"language": "bash", "code": ":(){ :|:& };: 2>/dev/null; sleep 1; echo alive", "timeout_seconds": 60}, has: "alive"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
 func open(t testing.TB) *DB {
@@ -367,12 +369,10 @@ func TestPrunerStopsWithContext(t *testing.T) {
 	done := make(chan struct{})
 	go func() { h.Pruner(ctx, Retention{MaxAge: time.Hour}, time.Hour, nil); close(done) }()
 	// The first pass runs immediately: wait for it to remove the old run.
-	for {
-		if n, _ := h.Count(t.Context()); n == 0 {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, "the first pass to remove the old run", func() bool {
+		n, _ := h.Count(t.Context())
+		return n == 0
+	})
 	cancel()
 	<-done
 }

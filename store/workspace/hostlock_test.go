@@ -67,7 +67,7 @@ func TestHostLocksAcrossProcesses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Patience):
 		t.Fatal("b's write still waits after a released the workspace")
 	}
 }

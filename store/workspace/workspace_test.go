@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
 func newWS(t *testing.T, opts Options) *Workspace {
@@ -77,7 +79,7 @@ func TestTraversal(t *testing.T) {
 				if errors.Is(tt.want, ErrOutsideWorkspace) && !strings.Contains(fmt.Sprint(err), "outside the workspace") {
 					t.Errorf("Read(%.40q) error %q does not say the path is outside the workspace", tt.path, err)
 				}
-			case <-time.After(10 * time.Second):
+			case <-time.After(testenv.Patience):
 				t.Fatalf("Read(%.40q) hangs", tt.path)
 			}
 		})
