@@ -16,6 +16,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandpit-dev/sandpit/internal/instance"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 	"github.com/sandpit-dev/sandpit/mcp"
 )
@@ -46,11 +47,28 @@ func TestMain(m *testing.M) {
 // startServer runs `sandpit serve` with args and returns an initialized client.
 func startServer(t *testing.T, env []string, args ...string) *client.Client {
 	t.Helper()
-	c, err := client.NewStdioMCPClient(binPath, append(os.Environ(), env...), append([]string{"serve"}, args...)...)
+	// mcp-go's Close sends SIGTERM 2 s after it closes stdin and SIGKILL
+	// 3 s later: a loaded host's shutdown (every pooled sandbox destroyed,
+	// every view unmounted) can take longer, and a killed server leaves its
+	// mounts in the test's temp dir. A shell in front takes the signals;
+	// sandpit, its stdin closed, shuts down as any client's EOF asks, and
+	// the cleanup waits for it to release its instance.
+	c, err := client.NewStdioMCPClient("/bin/sh", append(os.Environ(), env...),
+		append([]string{"-c", `exec 3<&0; "$@" <&3 3<&- & trap '' TERM; wait`, "sh", binPath, "serve"}, args...)...)
 	if err != nil {
 		t.Fatalf("start sandpit serve: %v", err)
 	}
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() {
+		c.Close()
+		state, name := flagValue(args, "state-dir"), flagValue(args, "instance")
+		if state == "" || name == "" {
+			return
+		}
+		root := filepath.Join(state, "instances")
+		if !testenv.Poll(testenv.Patience, func() bool { return instance.Holder(root, name) == 0 }) {
+			t.Errorf("sandpit serve (instance %s) still holds its instance %v after its client closed", name, testenv.Patience)
+		}
+	})
 	ctx, cancel := context.WithTimeout(t.Context(), testenv.Patience)
 	defer cancel()
 	var init mcpgo.InitializeRequest
@@ -60,6 +78,19 @@ func startServer(t *testing.T, env []string, args ...string) *client.Client {
 		t.Fatalf("initialize: %v", err)
 	}
 	return c
+}
+
+// flagValue is the value of --name in args ("--name v" or "--name=v").
+func flagValue(args []string, name string) string {
+	for i, a := range args {
+		switch {
+		case a == "--"+name && i+1 < len(args):
+			return args[i+1]
+		case strings.HasPrefix(a, "--"+name+"="):
+			return strings.TrimPrefix(a, "--"+name+"=")
+		}
+	}
+	return ""
 }
 
 // serverArgs points a test server at the test containerd with its own
