@@ -203,8 +203,15 @@ func (r *Runtime) start(ctx context.Context, sb *sandbox) error {
 // finish marks the sandbox's exit as received.
 func (sb *sandbox) finish() { sb.doneOnce.Do(func() { close(sb.done) }) }
 
-// killGrace bounds how long we wait for a killed task to be reaped.
-const killGrace = 5 * time.Second
+// killGrace bounds how long we wait for a killed task to be reaped: long
+// enough for a loaded host, short enough that a kill the kernel never
+// completes does not hold a request for good. 5 s was not: at load 20, with
+// eight hostile sandboxes (fork and memory bombs) killed at once beside
+// other containerds starting, none of the eight exits reached the server
+// within 5 s, even that of a `sleep 600` (TestAttackParallel, a fresh
+// clone's suite under stress-ng), and each run became a server error
+// instead of a timeout.
+const killGrace = 30 * time.Second
 
 // await waits for the task to exit, killing it at the deadline or when ctx
 // is cancelled, then waits for its output to drain and reads its cgroup
