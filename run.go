@@ -43,6 +43,9 @@ type Request struct {
 	// first use) instead of a fresh sandbox: its interpreter keeps its
 	// state between calls. See session.go.
 	Session string
+	// Tenant, when set, is whose run this is: a session belongs to its
+	// tenant, and one tenant's session names never reach another's.
+	Tenant string
 	// ID, when set, is the run's id (lowercase letters, digits and '-', at
 	// most 64); otherwise the runner picks one. A caller that must name a
 	// run before it ends (a background run) sets it.

@@ -52,7 +52,9 @@ type SessionResult struct {
 
 // SessionInfo describes an open session.
 type SessionInfo struct {
-	Name     string    `json:"name"`
+	Name string `json:"name"`
+	// Tenant owns it ("" on a stdio server). Not shown to the tenant.
+	Tenant   string    `json:"-"`
 	Language string    `json:"language"`
 	Started  time.Time `json:"started"`
 	LastUsed time.Time `json:"last_used"`

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -57,6 +58,15 @@ type SessionConfig struct {
 	// Grace is how long an interrupted call (its timeout, or its caller
 	// cancelled it) has to stop before its session is killed (default 2 s).
 	Grace time.Duration
+	// PerTenant is how many of them one tenant may hold (0: Max).
+	PerTenant int
+}
+
+func (c SessionConfig) perTenant() int {
+	if c.PerTenant > 0 && c.PerTenant < c.Max {
+		return c.PerTenant
+	}
+	return c.Max
 }
 
 // Session defaults and bounds.
@@ -130,18 +140,24 @@ type sessions struct {
 	cfg SessionConfig
 
 	mu     sync.Mutex
-	open   map[string]*session
+	open   map[sessKey]*session
 	ended  []endedSession // newest last, at most endedRemembered
 	closed bool
 }
 
+// sessKey names a session: its tenant ("" for a stdio server's one
+// client) and the name the tenant gave it.
+type sessKey struct{ tenant, name string }
+
 type endedSession struct {
-	name, why string
-	at        time.Time
+	key sessKey
+	why string
+	at  time.Time
 }
 
 type session struct {
 	name    string
+	tenant  string
 	lang    *LanguageSpec
 	started time.Time
 	maxAge  time.Time // when it ends regardless of use
@@ -178,7 +194,7 @@ type session struct {
 
 func newSessions(r *Runtime, cfg SessionConfig) *sessions {
 	cfg.defaults()
-	m := &sessions{r: r, cfg: cfg, open: map[string]*session{}}
+	m := &sessions{r: r, cfg: cfg, open: map[sessKey]*session{}}
 	if cfg.Max > 0 {
 		go m.reap()
 	}
@@ -223,7 +239,7 @@ func (r *Runtime) runSession(ctx context.Context, req sandpit.Request) (*sandpit
 		startedAt = time.Now()
 	)
 	for {
-		s, isNew, prev, err = r.sess.get(ctx, req.Session, lang)
+		s, isNew, prev, err = r.sess.get(ctx, sessKey{req.Tenant, req.Session}, lang)
 		if err != nil {
 			return nil, err
 		}
@@ -534,13 +550,14 @@ func clipUTF8(s string, n int) (string, bool) {
 }
 
 // get returns the open session name, or starts it.
-func (m *sessions) get(ctx context.Context, name string, lang *LanguageSpec) (s *session, isNew bool, prev string, err error) {
+func (m *sessions) get(ctx context.Context, key sessKey, lang *LanguageSpec) (s *session, isNew bool, prev string, err error) {
+	name := key.name
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
 		return nil, false, "", sandpit.WithHint(ErrSessionsOff, "the server is shutting down")
 	}
-	if s = m.open[name]; s != nil {
+	if s = m.open[key]; s != nil {
 		m.mu.Unlock()
 		// A ready session wins over a cancelled context (select would pick
 		// at random): the call then ends as cancelled, not as an error.
@@ -561,40 +578,47 @@ func (m *sessions) get(ctx context.Context, name string, lang *LanguageSpec) (s 
 		}
 		return s, false, "", nil
 	}
-	if len(m.open) >= m.cfg.Max {
-		names := slices.Sorted(mapKeys(m.open))
+	if mine := m.openNames(key.tenant); len(mine) >= m.cfg.perTenant() || len(m.open) >= m.cfg.Max {
 		m.mu.Unlock()
-		return nil, false, "", sandpit.Hintf(fmt.Errorf("%w: %d sessions are open (the limit): %s", ErrSessionLimit, len(names), strings.Join(names, ", ")),
-			"close one with close_session, or run without a session")
+		if len(mine) >= m.cfg.perTenant() {
+			return nil, false, "", sandpit.Hintf(fmt.Errorf("%w: %d sessions are open (the limit): %s", ErrSessionLimit, len(mine), strings.Join(mine, ", ")),
+				"close one with close_session, or run without a session")
+		}
+		// The server's limit, reached by others' sessions: their names
+		// are not this caller's to see.
+		return nil, false, "", sandpit.Hintf(fmt.Errorf("%w: the server's %d sessions are all in use (yours: %d)", ErrSessionLimit, m.cfg.Max, len(mine)),
+			"try again later, or run without a session")
 	}
 	now := time.Now()
-	s = &session{name: name, lang: lang, started: now, maxAge: now.Add(m.cfg.MaxAge), lastUsed: now,
+	s = &session{name: name, tenant: key.tenant, lang: lang, started: now, maxAge: now.Add(m.cfg.MaxAge), lastUsed: now,
 		ready: make(chan struct{}), exited: make(chan struct{}), frames: make(chan []byte, 8)}
-	m.open[name] = s
-	prev = m.previous(name)
+	m.open[key] = s
+	prev = m.previous(key)
 	m.mu.Unlock()
 
 	if err := m.start(ctx, s); err != nil {
 		m.mu.Lock()
-		delete(m.open, name)
+		delete(m.open, key)
 		m.mu.Unlock()
 		s.err = err
 		close(s.ready)
 		return nil, false, "", err
 	}
 	close(s.ready)
-	m.r.log.Info("session started", "session", name, "sandbox", s.w.sb.id)
+	m.r.log.Info("session started", "session", name, "tenant", key.tenant, "sandbox", s.w.sb.id)
 	return s, true, prev, nil
 }
 
-func mapKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
+// openNames lists tenant's open sessions by name. m.mu is held.
+func (m *sessions) openNames(tenant string) []string {
+	var names []string
+	for k := range m.open {
+		if k.tenant == tenant {
+			names = append(names, k.name)
 		}
 	}
+	slices.Sort(names)
+	return names
 }
 
 // start makes s's sandbox and waits for its REPL's ready line. A session
@@ -727,10 +751,10 @@ func (m *sessions) end(s *session, why string) ([]string, int) {
 	}
 	s.gone = why
 	s.running = ""
-	if m.open[s.name] == s {
-		delete(m.open, s.name)
+	if key := (sessKey{s.tenant, s.name}); m.open[key] == s {
+		delete(m.open, key)
 	}
-	m.ended = append(m.ended, endedSession{name: s.name, why: why, at: time.Now()})
+	m.ended = append(m.ended, endedSession{key: sessKey{s.tenant, s.name}, why: why, at: time.Now()})
 	if len(m.ended) > endedRemembered {
 		m.ended = slices.Delete(m.ended, 0, len(m.ended)-endedRemembered)
 	}
@@ -741,7 +765,7 @@ func (m *sessions) end(s *session, why string) ([]string, int) {
 	if keeper != nil {
 		keeper.Release()
 	}
-	m.r.log.Info("session ended", "session", s.name, "why", why)
+	m.r.log.Info("session ended", "session", s.name, "tenant", s.tenant, "why", why)
 	s.out.abandon()
 	s.errs.abandon()
 	s.closeFrames()
@@ -787,9 +811,9 @@ func (m *sessions) openView(s *session, ws sandpit.Workspace, ctx context.Contex
 }
 
 // previous says why the last session called name ended, if one did.
-func (m *sessions) previous(name string) string {
+func (m *sessions) previous(key sessKey) string {
 	for i := len(m.ended) - 1; i >= 0; i-- {
-		if e := m.ended[i]; e.name == name {
+		if e := m.ended[i]; e.key == key {
 			return fmt.Sprintf("a session of this name ended %s ago: %s; what it held is not in this one", time.Since(e.at).Round(time.Second), e.why)
 		}
 	}
@@ -854,13 +878,26 @@ func (m *sessions) closeAll() {
 	}
 }
 
-// Sessions lists the open sessions with their sandboxes' memory and CPU,
-// by name.
+// Sessions lists the open sessions of the server's one client (tenant "")
+// with their sandboxes' memory and CPU, by name.
 func (r *Runtime) Sessions() []sandpit.SessionInfo {
+	return r.sessionsOf(func(t string) bool { return t == "" })
+}
+
+// AllSessions lists every tenant's open sessions, by tenant and name: the
+// operator's view.
+func (r *Runtime) AllSessions() []sandpit.SessionInfo {
+	return r.sessionsOf(func(string) bool { return true })
+}
+
+func (r *Runtime) sessionsOf(match func(tenant string) bool) []sandpit.SessionInfo {
 	m := r.sess
 	m.mu.Lock()
 	var all []*session
-	for _, s := range m.open {
+	for k, s := range m.open {
+		if !match(k.tenant) {
+			continue
+		}
 		select {
 		case <-s.ready:
 			all = append(all, s)
@@ -872,14 +909,16 @@ func (r *Runtime) Sessions() []sandpit.SessionInfo {
 	for _, s := range all {
 		out = append(out, r.sessionInfo(s))
 	}
-	slices.SortFunc(out, func(a, b sandpit.SessionInfo) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b sandpit.SessionInfo) int {
+		return cmp.Or(strings.Compare(a.Tenant, b.Tenant), strings.Compare(a.Name, b.Name))
+	})
 	return out
 }
 
 func (r *Runtime) sessionInfo(s *session) sandpit.SessionInfo {
 	m := r.sess
 	m.mu.Lock()
-	info := sandpit.SessionInfo{Name: s.name, Language: s.lang.Name, Started: s.started.UTC(), LastUsed: s.lastUsed.UTC(),
+	info := sandpit.SessionInfo{Name: s.name, Tenant: s.tenant, Language: s.lang.Name, Started: s.started.UTC(), LastUsed: s.lastUsed.UTC(),
 		Calls: s.calls, Running: s.running, Expires: m.expiresLocked(s).UTC(), MaxAgeAt: s.maxAge.UTC(),
 		Names: slices.Clone(s.names), More: s.more}
 	m.mu.Unlock()
@@ -893,10 +932,15 @@ func (r *Runtime) sessionInfo(s *session) sandpit.SessionInfo {
 // CloseSession ends the session name and reports what it was. A call in
 // progress ends with status session_lost.
 func (r *Runtime) CloseSession(ctx context.Context, name string) (sandpit.SessionInfo, error) {
+	return r.closeSession(ctx, sessKey{"", name})
+}
+
+func (r *Runtime) closeSession(ctx context.Context, key sessKey) (sandpit.SessionInfo, error) {
+	name := key.name
 	m := r.sess
 	m.mu.Lock()
-	s := m.open[name]
-	names := slices.Sorted(mapKeys(m.open))
+	s := m.open[key]
+	names := m.openNames(key.tenant)
 	m.mu.Unlock()
 	if s == nil {
 		open := "none are open"
@@ -916,4 +960,35 @@ func (r *Runtime) CloseSession(ctx context.Context, name string) (sandpit.Sessio
 	info := r.sessionInfo(s)
 	m.end(s, "it was closed (close_session)")
 	return info, nil
+}
+
+// Tenant is the runtime as one tenant sees it: its runs carry the tenant,
+// and the sessions it lists, names and closes are its own. It implements
+// the MCP layer's Runner and SessionManager.
+type Tenant struct {
+	r    *Runtime
+	name string
+}
+
+// ForTenant returns the runtime as tenant name sees it.
+func (r *Runtime) ForTenant(name string) *Tenant { return &Tenant{r: r, name: name} }
+
+// Run runs req as the tenant's.
+func (t *Tenant) Run(ctx context.Context, req sandpit.Request) (*sandpit.Result, error) {
+	req.Tenant = t.name
+	return t.r.Run(ctx, req)
+}
+
+// Languages lists the languages, as Runtime.Languages.
+func (t *Tenant) Languages() []sandpit.Language { return t.r.Languages() }
+
+// Sessions lists the tenant's open sessions, by name.
+func (t *Tenant) Sessions() []sandpit.SessionInfo {
+	return t.r.sessionsOf(func(tenant string) bool { return tenant == t.name })
+}
+
+// CloseSession ends the tenant's session name; another tenant's session of
+// that name is not found, as one that never existed.
+func (t *Tenant) CloseSession(ctx context.Context, name string) (sandpit.SessionInfo, error) {
+	return t.r.closeSession(ctx, sessKey{t.name, name})
 }

@@ -417,3 +417,59 @@ func TestSessionCallUsageUnderCgroupParent(t *testing.T) {
 		t.Errorf("Sessions under a cgroup parent: %+v", infos)
 	}
 }
+
+// A session belongs to its tenant: another tenant's session of the same
+// name is another sandbox, is not listed, cannot be closed, and the limit
+// one tenant reaches is its own (issue 25).
+func TestSessionTenants(t *testing.T) {
+	r := newRuntime(t, withSessions(runtime.SessionConfig{Max: 3, PerTenant: 2}))
+	a, b := r.ForTenant("alice"), r.ForTenant("bob")
+	run := func(tn *runtime.Tenant, session, code string) (*sandpit.Result, error) {
+		return tn.Run(t.Context(), sandpit.Request{Language: "python", Session: session, Code: code, Timeout: time.Minute})
+	}
+	res, err := run(a, "s", "secret = 'alice'")
+	if err != nil || !res.Session.New {
+		t.Fatalf("alice's first call: %v %+v", err, res)
+	}
+	res, err = run(b, "s", "'secret' in globals()")
+	if err != nil || !res.Session.New || res.Value != "False" || res.Session.Previous != "" {
+		t.Fatalf("bob's session s must be his own and new: %v %+v", err, res)
+	}
+	if got := b.Sessions(); len(got) != 1 || got[0].Name != "s" || got[0].Tenant != "bob" {
+		t.Fatalf("bob's sessions: %+v", got)
+	}
+	if got := r.Sessions(); len(got) != 0 {
+		t.Fatalf("the stdio client's sessions list tenants' sessions: %+v", got)
+	}
+	if got := r.AllSessions(); len(got) != 2 || got[0].Tenant != "alice" || got[1].Tenant != "bob" {
+		t.Fatalf("all sessions: %+v", got)
+	}
+	// bob closes his s; alice's s lives on with its state.
+	if _, err := b.CloseSession(t.Context(), "s"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CloseSession(t.Context(), "s"); !errors.Is(err, runtime.ErrNoSession) || strings.Contains(err.Error(), "alice") {
+		t.Fatalf("bob closing s again: %v", err)
+	}
+	if res, err := run(a, "s", "secret"); err != nil || res.Session.New || res.Value != "'alice'" {
+		t.Fatalf("alice's session after bob's close: %v %+v", err, res)
+	}
+	// Per tenant: alice's second is allowed, her third is not, and the
+	// error names only hers.
+	if _, err := run(a, "t", "1"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = run(a, "u", "1")
+	if !errors.Is(err, runtime.ErrSessionLimit) || !strings.Contains(err.Error(), "s, t") {
+		t.Fatalf("alice's third session: %v", err)
+	}
+	// bob's first fits (3 open of the server's 3); his second hits the
+	// server's limit, and does not learn alice's names.
+	if _, err := run(b, "x", "1"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = run(b, "y", "1")
+	if !errors.Is(err, runtime.ErrSessionLimit) || strings.Contains(err.Error(), "t,") || strings.Contains(err.Error(), "alice") {
+		t.Fatalf("bob past the server's limit: %v", err)
+	}
+}
