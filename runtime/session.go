@@ -62,6 +62,9 @@ type SessionConfig struct {
 	PerTenant int
 }
 
+// PerTenantLimit is how many sessions one tenant may hold.
+func (c SessionConfig) PerTenantLimit() int { return c.perTenant() }
+
 func (c SessionConfig) perTenant() int {
 	if c.PerTenant > 0 && c.PerTenant < c.Max {
 		return c.PerTenant

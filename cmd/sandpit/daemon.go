@@ -93,7 +93,7 @@ func runtimeConfig(c *cli.Context, addr string) runtime.Config {
 		OutputBytes: c.Int64("output-kb") << 10,
 		// Only serve defines these; elsewhere they read as zero: no pool.
 		Pool:     runtime.PoolConfig{Size: c.Int("pool"), MaxSize: c.Int("pool-max"), Created: c.Int("pool-created"), IdleTimeout: c.Duration("pool-idle")},
-		Sessions: runtime.SessionConfig{Max: c.Int("max-sessions"), Idle: c.Duration("session-idle"), MaxAge: c.Duration("session-max-age")},
+		Sessions: runtime.SessionConfig{Max: c.Int("max-sessions"), Idle: c.Duration("session-idle"), MaxAge: c.Duration("session-max-age"), PerTenant: c.Int("tenant-max-sessions")},
 		Logger:   slog.Default(),
 	}
 	if c.IsSet("max-sessions") && c.Int("max-sessions") == 0 {

@@ -65,7 +65,12 @@ func historyConfig(c *cli.Context, cfg *mcp.Config) (cleanup func(), err error) 
 		cfg.Logs = logRing
 		cfg.HostPaths = hostPaths(c)
 	}
-	path := c.String("history-db")
+	return openHistory(c, cfg, c.String("history-db"))
+}
+
+// openHistory opens the history database at path ("" or "off": none) for
+// serve, starts its pruner and fills cfg.History.
+func openHistory(c *cli.Context, cfg *mcp.Config, path string) (cleanup func(), err error) {
 	if path == "" || path == "off" {
 		slog.Info("execution history is off")
 		return func() {}, nil

@@ -60,6 +60,13 @@ func workspaceFlags() []cli.Flag {
 // is the host uid/gid of the sandbox user (zero: 1000:1000, or the current
 // user when not root).
 func workspaceConfig(c *cli.Context, cfg *mcp.Config, sandbox workspace.Owner, viewsDir string) (cleanup func(), err error) {
+	return openWorkspace(c, cfg, sandbox, c.String("workspace"), c.String("snapshot-dir"), viewsDir, 0)
+}
+
+// openWorkspace opens the workspace dir with its snapshot store snapDir,
+// its run views under viewsDir, under the workspace flags; maxSize, when
+// set, bounds it instead of --workspace-max-size.
+func openWorkspace(c *cli.Context, cfg *mcp.Config, sandbox workspace.Owner, dir, snapDir, viewsDir string, maxSize int64) (cleanup func(), err error) {
 	var owner workspace.Owner
 	if s := c.String("workspace-owner"); s != "" {
 		if _, err := fmt.Sscanf(s, "%d:%d", &owner.UID, &owner.GID); err != nil {
@@ -73,13 +80,12 @@ func workspaceConfig(c *cli.Context, cfg *mcp.Config, sandbox workspace.Owner, v
 	if mem := c.Int64("memory-mb") << 20; mem > 0 && quota >= mem {
 		slog.Warn("--workspace-quota is not below --memory-mb: a run writing that much is OOM-killed before it sees ENOSPC", "quota_bytes", quota, "memory_bytes", mem)
 	}
-	var maxSize int64
-	if v := c.String("workspace-max-size"); v != "" {
+	if v := c.String("workspace-max-size"); v != "" && maxSize == 0 {
 		if maxSize, err = parseSize(v); err != nil {
 			return nil, fmt.Errorf("--workspace-max-size: %w", err)
 		}
 	}
-	snaps, err := snapshot.Open(c.String("snapshot-dir"), snapshot.Options{MaxUndo: c.Int("undo-runs"), Logger: slog.Default()})
+	snaps, err := snapshot.Open(snapDir, snapshot.Options{MaxUndo: c.Int("undo-runs"), Logger: slog.Default()})
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +93,7 @@ func workspaceConfig(c *cli.Context, cfg *mcp.Config, sandbox workspace.Owner, v
 	// it with root's reach over everything beside it: a root server falls
 	// back to that only when told it may (review 2026-12-01, H2).
 	rootDefault := systemWide() && !c.Bool("allow-workspace-bind") && !c.Bool("require-workspace-quota")
-	ws, err := workspace.Open(c.String("workspace"), workspace.Options{
+	ws, err := workspace.Open(dir, workspace.Options{
 		StateDir:          viewsDir, // the instance's: no other process touches it
 		Sandbox:           &sandbox,
 		Owner:             owner, // zero: the workspace directory's owner
@@ -111,7 +117,7 @@ func workspaceConfig(c *cli.Context, cfg *mcp.Config, sandbox workspace.Owner, v
 	if err := ws.Sweep(c.Context); err != nil {
 		slog.Warn("leftover run views could not all be removed", "err", err)
 	}
-	slog.Info("workspace ready", "dir", ws.Dir(), "owner", ws.Owner(), "sandbox_user", sandbox, "quota_bytes", quota, "per_run_overlay", ws.Isolated(), "snapshots", c.String("snapshot-dir"))
+	slog.Info("workspace ready", "dir", ws.Dir(), "owner", ws.Owner(), "sandbox_user", sandbox, "quota_bytes", quota, "per_run_overlay", ws.Isolated(), "snapshots", snapDir)
 	cfg.Workspace, cfg.Files, cfg.Snapshots = ws, ws, snaps.For(ws)
 	cfg.Opener = ws // the data tools open workspace files by descriptor
 	return func() { ws.Close(); snaps.Close() }, nil

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/server"
+	"github.com/urfave/cli/v2"
+
+	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/auth"
+	"github.com/sandpit-dev/sandpit/internal/quota"
+	"github.com/sandpit-dev/sandpit/mcp"
+	"github.com/sandpit-dev/sandpit/runtime"
+	"github.com/sandpit-dev/sandpit/store/workspace"
+)
+
+// tenantFlags are serve's per-tenant bounds, for an HTTP server.
+func tenantFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.IntFlag{Name: "tenant-max-concurrent", Value: 4, Usage: "runs one tenant may have in flight at once (more wait their turn; --concurrency bounds all tenants together)"},
+		&cli.IntFlag{Name: "tenant-max-sessions", Value: 2, Usage: "sessions one tenant may hold open (--max-sessions bounds all tenants together)"},
+		&cli.StringFlag{Name: "tenant-workspace-max-size", Value: "1GiB", Usage: "largest one tenant's workspace may grow (apparent bytes)"},
+		&cli.DurationFlag{Name: "tenant-cpu-per-hour", Value: time.Hour, Usage: "CPU time one tenant's runs may use in any hour (0: no limit); past it runs are refused until part of it frees"},
+		&cli.IntFlag{Name: "max-tenants", Value: 256, Usage: "tenants served at once; each holds its workspace, history and sessions open"},
+	}
+}
+
+// tenants serves each tenant its own MCP server: its own workspace,
+// snapshots and undo records, history, background runs, sessions and
+// metrics, under <data-dir>/tenants/NAME. Built on the tenant's first
+// request and kept until the server stops. Nothing of one tenant's is
+// reachable from another's server: each is built only from its own stores,
+// so a run id, session or snapshot of another tenant is not found exactly
+// as one that never existed.
+type tenants struct {
+	c       *cli.Context
+	rt      *runtime.Runtime
+	base    mcp.Config // what tenants share: limits, status, validator, ...
+	dataDir string
+	views   string // the instance's dir for tenants' run views
+	max     int
+	slots   *quota.Slots
+	cpu     *quota.CPU
+	wsMax   int64
+
+	mu     sync.Mutex
+	open   map[string]*tenant
+	closed bool
+}
+
+type tenant struct {
+	ready chan struct{}
+	srv   *server.MCPServer
+	err   error
+	close func()
+}
+
+func newTenants(c *cli.Context, rt *runtime.Runtime, base mcp.Config, dataDir, viewsDir string) (*tenants, error) {
+	wsMax, err := parseSize(c.String("tenant-workspace-max-size"))
+	if err != nil {
+		return nil, fmt.Errorf("--tenant-workspace-max-size: %w", err)
+	}
+	if n := c.Int("tenant-max-concurrent"); n < 1 || n > c.Int("concurrency") {
+		return nil, fmt.Errorf("--tenant-max-concurrent %d: give 1 to --concurrency (%d)", n, c.Int("concurrency"))
+	}
+	if n := c.Int("max-tenants"); n < 1 || n > 10000 {
+		return nil, fmt.Errorf("--max-tenants %d: give 1 to 10000", n)
+	}
+	// The base is a stdio server's: what a single client may see of the
+	// host (the server's log) is no tenant's to see.
+	base.Logs, base.HostPaths = nil, nil
+	return &tenants{
+		c: c, rt: rt, base: base, dataDir: dataDir, views: viewsDir, max: c.Int("max-tenants"),
+		slots: quota.NewSlots(c.Int("concurrency"), c.Int("tenant-max-concurrent"), 0),
+		cpu:   quota.NewCPU(c.Duration("tenant-cpu-per-hour")),
+		wsMax: wsMax,
+		open:  map[string]*tenant{},
+	}, nil
+}
+
+// ErrTooManyTenants: the server holds --max-tenants tenants open.
+var ErrTooManyTenants = sandpit.Define(sandpit.ErrResourceExhausted, "too many tenants")
+
+// Server returns tenant name's MCP server, building it on first use.
+func (ts *tenants) Server(ctx context.Context, name string) (*server.MCPServer, error) {
+	if !auth.ValidTenant(name) {
+		return nil, fmt.Errorf("%w: tenant name %q", sandpit.ErrInvalidArgument, name)
+	}
+	ts.mu.Lock()
+	if ts.closed {
+		ts.mu.Unlock()
+		return nil, fmt.Errorf("%w: the server is shutting down", sandpit.ErrUnavailable)
+	}
+	t := ts.open[name]
+	if t == nil {
+		if len(ts.open) >= ts.max {
+			ts.mu.Unlock()
+			return nil, sandpit.Hintf(fmt.Errorf("%w: %d are open", ErrTooManyTenants, ts.max), "the operator can raise --max-tenants")
+		}
+		t = &tenant{ready: make(chan struct{})}
+		ts.open[name] = t
+		ts.mu.Unlock()
+		t.srv, t.close, t.err = ts.build(name)
+		if t.err != nil {
+			ts.mu.Lock()
+			delete(ts.open, name) // the next request tries again
+			ts.mu.Unlock()
+		}
+		close(t.ready)
+	} else {
+		ts.mu.Unlock()
+	}
+	select {
+	case <-t.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return t.srv, t.err
+}
+
+// tenantDir is where tenant name's state persists.
+func (ts *tenants) tenantDir(name string) string { return filepath.Join(ts.dataDir, "tenants", name) }
+
+func (ts *tenants) build(name string) (*server.MCPServer, func(), error) {
+	dir := ts.tenantDir(name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("tenant %s: %w", name, err)
+	}
+	var closers []func()
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	cfg := ts.base
+	uid, gid := ts.rt.SandboxOwner()
+	closeWS, err := openWorkspace(ts.c, &cfg, workspace.Owner{UID: uid, GID: gid},
+		filepath.Join(dir, "workspace"), filepath.Join(dir, "snapshots"), filepath.Join(ts.views, name), ts.wsMax)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tenant %s: %w", name, err)
+	}
+	closers = append(closers, closeWS)
+	// query_db opens workspace databases through this tenant's workspace.
+	if err := dataConfig(ts.c, &cfg); err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	closeHistory, err := openHistory(ts.c, &cfg, filepath.Join(dir, "history.db"))
+	if err != nil {
+		closeAll()
+		return nil, nil, fmt.Errorf("tenant %s: %w", name, err)
+	}
+	closers = append(closers, closeHistory)
+	tr := ts.rt.ForTenant(name)
+	cfg.Runner = &tenantRunner{Tenant: tr, name: name, slots: ts.slots, cpu: ts.cpu}
+	if cfg.Sessions != nil {
+		cfg.Sessions = tr
+		cfg.SessionLimits.Max = ts.rt.SessionConfig().PerTenantLimit()
+	}
+	nbg := ts.c.Int("max-background")
+	if nbg == 0 {
+		nbg = -1
+	}
+	runs := mcp.NewRuns(nbg)
+	closers = append(closers, runs.Close) // closed first: background runs are recorded while the rest is open
+	cfg.Runs = runs
+	slog.Info("tenant ready", "tenant", name)
+	return mcp.NewServer(cfg), closeAll, nil
+}
+
+// Close stops serving tenants and closes each one's stores, cancelling and
+// recording its background runs first.
+func (ts *tenants) Close() {
+	ts.mu.Lock()
+	ts.closed = true
+	all := make([]*tenant, 0, len(ts.open))
+	for _, t := range ts.open {
+		all = append(all, t)
+	}
+	ts.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, t := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-t.ready
+			if t.err == nil {
+				t.close()
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// tenantRunner runs a tenant's programs within its share of the server:
+// its CPU budget for the hour, then a run slot in its turn.
+type tenantRunner struct {
+	*runtime.Tenant
+	name  string
+	slots *quota.Slots
+	cpu   *quota.CPU
+}
+
+func (t *tenantRunner) Run(ctx context.Context, req sandpit.Request) (*sandpit.Result, error) {
+	if err := t.cpu.Admit(t.name); err != nil {
+		return nil, err
+	}
+	release, err := t.slots.Acquire(ctx, t.name)
+	if err != nil {
+		if errors.Is(err, ctx.Err()) && ctx.Err() != nil {
+			return nil, fmt.Errorf("waiting for a run slot: %w", err)
+		}
+		return nil, err
+	}
+	defer release()
+	res, err := t.Tenant.Run(ctx, req)
+	if res != nil {
+		t.cpu.Charge(t.name, time.Duration(res.Usage.CPUUserMS+res.Usage.CPUSystemMS)*time.Millisecond)
+	}
+	return res, err
+}
