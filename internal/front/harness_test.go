@@ -196,7 +196,10 @@ func start(t *testing.T, edit func(*Config)) *running {
 
 type tlog struct{ t *testing.T }
 
-func (l *tlog) Write(p []byte) (int, error) { l.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
+func (l *tlog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
 
 // post sends one JSON-RPC message to path with token (and session id, if
 // any) and returns the response, body read.
