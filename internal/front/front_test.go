@@ -462,6 +462,34 @@ func TestSessionAndStreamBounds(t *testing.T) {
 	})
 }
 
+// TestLegacySSECallBound: a call sent as a legacy SSE message runs after
+// its POST is answered, so the call itself holds a stream slot.
+func TestLegacySSECallBound(t *testing.T) {
+	rn := start(t, func(c *Config) { c.Limits.MaxStreamsPerTenant = 3 })
+	sse := openSSE(t, rn, "tok-alice") // holds one slot
+	for i, m := range []any{rpc(1, "initialize", initParams), rpc(0, "notifications/initialized", nil)} {
+		if resp, body := rn.post(t, sse.endpoint, "tok-alice", "", m); resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("message %d: %s %s", i, resp.Status, body)
+		}
+	}
+	for id := 2; id <= 3; id++ { // each holds one more
+		if resp, body := rn.post(t, sse.endpoint, "tok-alice", "", rpc(id, "tools/call", callParams("run_code"))); resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("call %d: %s %s", id, resp.Status, body)
+		}
+		rn.tenants.waitStarted(t)
+	}
+	resp, body := rn.post(t, sse.endpoint, "tok-alice", "", rpc(4, "tools/call", callParams("run_code")))
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a call past the bound: %s %s, want 429", resp.Status, body)
+	}
+	rn.tenants.release <- struct{}{}
+	rn.tenants.waitEnded(t)
+	testenv.Eventually(t, "a finished call frees its slot", func() bool {
+		resp, _ := rn.post(t, sse.endpoint, "tok-alice", "", rpc(5, "ping", nil))
+		return resp.StatusCode == http.StatusAccepted
+	})
+}
+
 func TestSessionIdleExpiry(t *testing.T) {
 	rn := start(t, func(c *Config) { c.SessionIdle = time.Second })
 	sid := rn.initialize(t, "tok-alice")
@@ -546,6 +574,7 @@ func waitStartedOrAnswer(t *testing.T, rn *running, c net.Conn) string {
 
 type sseStream struct {
 	endpoint string
+	events   chan string // data of each message event
 	close    func()
 }
 
@@ -571,8 +600,22 @@ func openSSE(t *testing.T, rn *running, token string) *sseStream {
 			t.Fatalf("no endpoint event: %v", err)
 		}
 		if d, ok := strings.CutPrefix(strings.TrimSpace(line), "data: "); ok {
-			go io.Copy(io.Discard, br)
-			return &sseStream{endpoint: d, close: func() { cancel(); resp.Body.Close() }}
+			events := make(chan string, 64)
+			go func() {
+				for {
+					line, err := br.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if d, ok := strings.CutPrefix(strings.TrimSpace(line), "data: "); ok {
+						select {
+						case events <- d:
+						default:
+						}
+					}
+				}
+			}()
+			return &sseStream{endpoint: d, events: events, close: func() { cancel(); resp.Body.Close() }}
 		}
 	}
 }
