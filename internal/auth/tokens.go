@@ -121,8 +121,14 @@ type tokenHash struct {
 // OpenTokens opens the token store of dataDir, creating dataDir/auth
 // (0700) if needed. A store with no file holds no tokens.
 func OpenTokens(dataDir string) (*Tokens, error) {
+	// The data dir holds other state too (workspaces, snapshots) and keeps
+	// the mode it has or that the rest of sandpit gives it; only auth/ is
+	// private.
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("token store: %w", err)
+	}
 	dir := filepath.Join(dataDir, "auth")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("token store: %w", err)
 	}
 	// MkdirAll leaves an existing directory's mode alone: tighten it, since
