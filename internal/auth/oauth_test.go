@@ -30,15 +30,17 @@ const testAudience = "https://sandpit.test/mcp"
 
 // fakeIssuer serves discovery, a JWKS and an introspection endpoint.
 type fakeIssuer struct {
-	srv        *httptest.Server
-	key        *rsa.PrivateKey
-	kid        string
-	jwks       atomic.Value // []byte
-	jwksHits   atomic.Int32
-	introHits  atomic.Int32
-	inactive   atomic.Bool // introspection answers active=false
-	introDown  atomic.Bool // introspection answers 500
-	issuerName string      // what discovery says (default: its URL)
+	srv         *httptest.Server
+	key         *rsa.PrivateKey
+	kid         string
+	jwks        atomic.Value // []byte
+	jwksHits    atomic.Int32
+	introHits   atomic.Int32
+	inactive    atomic.Bool // introspection answers active=false
+	introDown   atomic.Bool // introspection answers 500
+	issuerName  string      // what discovery says (default: its URL)
+	onlyRFC8414 bool        // serve discovery at RFC 8414's path only
+	introAuth   string      // "id:secret" introspection must be called with
 }
 
 func newFakeIssuer(t *testing.T) *fakeIssuer {
@@ -50,13 +52,19 @@ func newFakeIssuer(t *testing.T) *fakeIssuer {
 	f := &fakeIssuer{key: key, kid: "k1"}
 	f.setKeys(jose.JSONWebKey{Key: key.Public(), KeyID: "k1", Algorithm: "RS256", Use: "sig"})
 	mux := http.NewServeMux()
-	mux.HandleFunc("/.well-known/openid-configuration", func(w http.ResponseWriter, r *http.Request) {
+	discover := func(w http.ResponseWriter, r *http.Request) {
+		if f.onlyRFC8414 == (r.URL.Path == "/.well-known/openid-configuration") {
+			http.NotFound(w, r)
+			return
+		}
 		name := f.issuerName
 		if name == "" {
 			name = f.srv.URL
 		}
 		json.NewEncoder(w).Encode(map[string]string{"issuer": name, "jwks_uri": f.srv.URL + "/jwks", "introspection_endpoint": f.srv.URL + "/introspect"})
-	})
+	}
+	mux.HandleFunc("/.well-known/openid-configuration", discover)
+	mux.HandleFunc("/.well-known/oauth-authorization-server", discover)
 	mux.HandleFunc("/jwks", func(w http.ResponseWriter, r *http.Request) {
 		f.jwksHits.Add(1)
 		w.Write(f.jwks.Load().([]byte))
@@ -64,11 +72,15 @@ func newFakeIssuer(t *testing.T) *fakeIssuer {
 	mux.HandleFunc("/introspect", func(w http.ResponseWriter, r *http.Request) {
 		f.introHits.Add(1)
 		if f.introDown.Load() {
-			http.Error(w, "down", 500)
+			http.Error(w, "down", http.StatusInternalServerError)
+			return
+		}
+		if id, secret, _ := r.BasicAuth(); f.introAuth != "" && id+":"+secret != f.introAuth {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
 		}
 		if r.PostFormValue("token") == "" {
-			http.Error(w, "no token", 400)
+			http.Error(w, "no token", http.StatusBadRequest)
 			return
 		}
 		json.NewEncoder(w).Encode(map[string]bool{"active": !f.inactive.Load()})
@@ -314,6 +326,40 @@ func TestNewOAuthRefuses(t *testing.T) {
 			_, err := NewOAuth(t.Context(), cfg)
 			if err == nil || !strings.Contains(err.Error(), tc.msg) {
 				t.Fatalf("err %v, want one saying %q", err, tc.msg)
+			}
+		})
+	}
+}
+
+// An issuer with RFC 8414 metadata only (no OpenID Connect) is found.
+func TestOAuthRFC8414Discovery(t *testing.T) {
+	f := newFakeIssuer(t)
+	f.onlyRFC8414 = true
+	o := f.oauth(t, nil)
+	if _, err := o.Authenticate(t.Context(), bearerReq(f.sign(t, f.claims()))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Introspection authenticates with the configured client credentials.
+func TestOAuthIntrospectionClientAuth(t *testing.T) {
+	f := newFakeIssuer(t)
+	f.introAuth = "sandpit-rs:s3cret"
+	tok := f.sign(t, f.claims())
+	for _, tc := range []struct {
+		name, id, secret string
+		want             error
+	}{
+		{"right credentials", "sandpit-rs", "s3cret", nil},
+		{"wrong secret", "sandpit-rs", "nope", ErrUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := f.oauth(t, func(c *OAuthConfig) {
+				c.Introspect, c.IntrospectionClientID, c.IntrospectionClientSecret = true, tc.id, tc.secret
+			})
+			_, err := o.Authenticate(t.Context(), bearerReq(tok))
+			if !errors.Is(err, tc.want) { // errors.Is(nil, nil) is true
+				t.Fatalf("err %v, want %v", err, tc.want)
 			}
 		})
 	}
