@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/sandpit-dev/sandpit/internal/auth"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
 // tokenCLI runs the built binary's `sandpit token ARGS...` and returns its
@@ -100,15 +101,16 @@ func TestTokenCommand(t *testing.T) {
 	if _, errOut, err := tokenCLI(t, nil, "revoke", "--data-dir", dir, "alice"); err != nil {
 		t.Fatalf("revoke: %v\n%s", err, errOut)
 	}
-	// A running server's store sees the revocation (it looks again at most
-	// once a second; a fresh store, as after a restart, at once).
-	store, err = auth.OpenTokens(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.Authenticate(t.Context(), r); !errors.Is(err, auth.ErrInvalidToken) {
-		t.Fatalf("revoked token: err %v, want ErrInvalidToken", err)
-	}
+	// The store opened before the revocation — a running server's — comes
+	// to refuse the token without being reopened (it looks again within a
+	// second of the change).
+	testenv.Eventually(t, "the running store to refuse the revoked token", func() bool {
+		_, err := store.Authenticate(t.Context(), r)
+		if err != nil && !errors.Is(err, auth.ErrInvalidToken) {
+			t.Fatalf("revoked token: err %v, want ErrInvalidToken", err)
+		}
+		return err != nil
+	})
 	out, _, _ = tokenCLI(t, nil, "list", "--data-dir", dir)
 	if strings.Contains(out, "alice") || !strings.Contains(out, "bob") {
 		t.Fatalf("list after revoke:\n%s", out)
