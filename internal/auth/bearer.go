@@ -27,7 +27,9 @@ var ErrUnavailable = errors.New("authentication unavailable")
 var errNotOurs = errors.New("not this authenticator's kind of token")
 
 // invalid returns an ErrInvalidToken whose message is reason: short, safe
-// to show a client, never containing the token.
+// to show a client, never containing the token, and within RFC 6750's
+// error_description characters (printable ASCII but '"' and '\'), so the
+// HTTP layer can put err.Error() into a WWW-Authenticate header as it is.
 func invalid(reason string) error { return fmt.Errorf("%w: %s", ErrInvalidToken, reason) }
 
 // notOurs is invalid(reason) that Chain passes over.

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -50,6 +51,10 @@ var acceptedAlgs = []jose.SignatureAlgorithm{
 	jose.ES256, jose.ES384, jose.ES512,
 	jose.EdDSA,
 }
+
+// claimName is what a configured claim may be called: it appears in
+// refusals a client reads, inside an RFC 6750 error_description.
+var claimName = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
 
 // OAuthConfig configures an OAuth 2.1 resource server: which issuer's
 // access tokens, meant for which resource, name which tenant.
@@ -128,6 +133,9 @@ func NewOAuth(ctx context.Context, cfg OAuthConfig) (*OAuth, error) {
 	}
 	if cfg.TenantClaim == "" {
 		cfg.TenantClaim = "sub"
+	}
+	if !claimName.MatchString(cfg.TenantClaim) {
+		return nil, fmt.Errorf("oauth: tenant claim %q: want a claim name of letters, digits, '_', '-', '.' or ':'", cfg.TenantClaim)
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: defaultHTTPTimeout}
@@ -334,7 +342,7 @@ func (o *OAuth) verify(ctx context.Context, tok string) (Principal, error) {
 	}
 	var tenant string
 	if raw, ok := claims[o.tenantCl]; !ok || json.Unmarshal(raw, &tenant) != nil || !ValidTenant(tenant) {
-		return Principal{}, invalid(fmt.Sprintf("claim %q missing or not a valid tenant name", o.tenantCl))
+		return Principal{}, invalid("tenant claim " + o.tenantCl + " missing or not a valid tenant name")
 	}
 	scopes, err := scopesOf(extra)
 	if err != nil {
@@ -372,14 +380,14 @@ func scopesOf(c accessClaims) ([]string, error) {
 	case len(c.Scope) > 0 && string(c.Scope) != "null":
 		var s string
 		if json.Unmarshal(c.Scope, &s) != nil {
-			return nil, invalid(`claim "scope" is not a string`)
+			return nil, invalid("claim scope is not a string")
 		}
 		scopes = strings.Fields(s)
 	case len(c.Scp) > 0 && string(c.Scp) != "null":
 		if json.Unmarshal(c.Scp, &scopes) != nil {
 			var s string
 			if json.Unmarshal(c.Scp, &s) != nil {
-				return nil, invalid(`claim "scp" is neither a list nor a string`)
+				return nil, invalid("claim scp is neither a list nor a string")
 			}
 			scopes = strings.Fields(s)
 		}

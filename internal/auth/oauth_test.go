@@ -218,10 +218,10 @@ func TestOAuthRefuses(t *testing.T) {
 		{"wrong issuer", with(func(c map[string]any) { c["iss"] = "https://evil.example" }), "wrong issuer"},
 		{"wrong audience", with(func(c map[string]any) { c["aud"] = []string{"https://other.example/mcp"} }), "wrong audience"},
 		{"no audience", with(func(c map[string]any) { delete(c, "aud") }), "wrong audience"},
-		{"no sub", with(func(c map[string]any) { delete(c, "sub") }), `claim "sub"`},
-		{"sub not a tenant name", with(func(c map[string]any) { c["sub"] = "../etc" }), `claim "sub"`},
+		{"no sub", with(func(c map[string]any) { delete(c, "sub") }), "tenant claim sub"},
+		{"sub not a tenant name", with(func(c map[string]any) { c["sub"] = "../etc" }), "tenant claim sub"},
 		{"sub not a string", with(func(c map[string]any) { c["sub"] = 42 }), "malformed claims"},
-		{"scope not a string", with(func(c map[string]any) { delete(c, "scp"); c["scope"] = []int{1} }), `"scope"`},
+		{"scope not a string", with(func(c map[string]any) { delete(c, "scp"); c["scope"] = []int{1} }), "claim scope"},
 		{"too many scopes", with(func(c map[string]any) { c["scope"] = strings.Repeat("s ", maxScopes+1) }), "scopes"},
 		{"opaque token", "ory_at_abcdef.ghijkl", "accepted algorithm"},
 		{"too long", strings.Repeat("a", MaxTokenBytes), "longer than"},
@@ -234,6 +234,9 @@ func TestOAuthRefuses(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.reason) {
 				t.Fatalf("err %q does not give the reason %q", err, tc.reason)
+			}
+			if !rfc6750Description.MatchString(err.Error()) {
+				t.Fatalf("err %q has characters an RFC 6750 error_description may not", err)
 			}
 			if len(tc.token) > 20 && strings.Contains(err.Error(), tc.token[len(tc.token)-20:]) {
 				t.Fatalf("err %q shows the token", err)
@@ -309,6 +312,7 @@ func TestNewOAuthRefuses(t *testing.T) {
 		{"issuer mismatch", func(f *fakeIssuer, c *OAuthConfig) { f.issuerName = "https://other.example" }, "names issuer"},
 		{"trailing slash differs", func(f *fakeIssuer, c *OAuthConfig) { c.Issuer += "/" }, "names issuer"},
 		{"not a URL", func(f *fakeIssuer, c *OAuthConfig) { c.Issuer = "issuer" }, "not an http(s) URL"},
+		{"odd tenant claim", func(f *fakeIssuer, c *OAuthConfig) { c.TenantClaim = `a"b` }, "tenant claim"},
 		{"JWKS too large", func(f *fakeIssuer, c *OAuthConfig) {
 			f.jwks.Store([]byte(`{"keys":[],"pad":"` + strings.Repeat("x", maxIssuerBody) + `"}`))
 		}, "larger than"},

@@ -7,11 +7,16 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 )
+
+// rfc6750Description is the syntax of error_description (RFC 6750 §3):
+// the refusals' text goes there unescaped.
+var rfc6750Description = regexp.MustCompile(`^[\x20-\x21\x23-\x5B\x5D-\x7E]*$`)
 
 func request(header string, query string) *http.Request {
 	r := httptest.NewRequest("POST", "/mcp"+query, nil)
@@ -162,6 +167,9 @@ func TestTokensAuthenticateRefuses(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.msg) {
 				t.Fatalf("err %q does not say %q", err, tc.msg)
+			}
+			if !rfc6750Description.MatchString(err.Error()) {
+				t.Fatalf("err %q has characters an RFC 6750 error_description may not", err)
 			}
 			if strings.Contains(err.Error(), tok) {
 				t.Fatalf("error %q shows the token", err)
