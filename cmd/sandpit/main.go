@@ -49,6 +49,7 @@ func main() {
 			historyCommand(),
 			benchCommand(),
 			containerdCommand(),
+			tokenCommand(),
 		},
 	}
 	if err := app.Run(os.Args); err != nil {
