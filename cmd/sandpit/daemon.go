@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -252,13 +253,30 @@ func sweepInstance(c *cli.Context, addr string, in *instance.Instance) (int, err
 	n, err := rt.Sweep(c.Context)
 	rt.Close()
 	if err == nil {
-		err = workspace.SweepViews(filepath.Join(in.Dir(), "workspace"), slog.Default())
+		err = sweepInstanceViews(in.Dir())
 	}
 	if err != nil {
 		in.Release()
 		return n, fmt.Errorf("instance %s: %w", in.Name(), err)
 	}
 	return n, in.Remove()
+}
+
+// sweepInstanceViews unmounts and removes the run views under a dead
+// instance's dir: its stdio workspace's, and each HTTP tenant's
+// (tenants.go).
+func sweepInstanceViews(dir string) error {
+	errs := []error{workspace.SweepViews(filepath.Join(dir, "workspace"), slog.Default())}
+	ents, err := os.ReadDir(filepath.Join(dir, "tenants"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			errs = append(errs, workspace.SweepViews(filepath.Join(dir, "tenants", e.Name()), slog.Default()))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // catalogFlag names a catalog file read on top of the built-in one

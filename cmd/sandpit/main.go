@@ -50,6 +50,7 @@ func main() {
 			benchCommand(),
 			containerdCommand(),
 			tokenCommand(),
+			tenantsCommand(),
 		},
 	}
 	if err := app.Run(os.Args); err != nil {

@@ -44,12 +44,17 @@ func serveCommand() *cli.Command {
 		&cli.DurationFlag{Name: "session-max-age", Value: runtime.DefaultSessionMaxAge, Usage: fmt.Sprintf("end a session this long after it started (at most %s)", runtime.MaxSessionAge)},
 		&cli.IntFlag{Name: "max-background", Value: mcp.DefaultMaxBackground, Usage: fmt.Sprintf("background runs in flight at once (at most %d; 0: off)", mcp.MaxBackgroundLimit)},
 	)
+	flags = append(flags, httpFlags()...)
+	flags = append(flags, tenantFlags()...)
 	return &cli.Command{
 		Name:  "serve",
-		Usage: "serve MCP over stdio (stdout is the protocol; logs go to stderr)",
+		Usage: "serve MCP over stdio (stdout is the protocol; logs go to stderr), or with --listen over HTTP to tenants",
 		Flags: flags,
 		Action: func(c *cli.Context) error {
 			if err := checkServeBounds(c); err != nil {
+				return err
+			}
+			if err := checkHTTPFlags(c); err != nil {
 				return err
 			}
 			in, err := acquireInstance(c)
@@ -97,6 +102,17 @@ func serveCommand() *cli.Command {
 					MaxResourceBytes: int64(c.Int("max-resource-mb")) << 20,
 				},
 			}
+			cfg.Status = func(ctx context.Context) mcp.StatusReport {
+				return statusReport(ctx, rt, c.Duration("timeout"))
+			}
+			if c.Int("max-sessions") > 0 {
+				sc := rt.SessionConfig()
+				cfg.Sessions = rt
+				cfg.SessionLimits = mcp.SessionLimits{Max: sc.Max, Idle: sc.Idle, MaxAge: sc.MaxAge, Grace: sc.Grace, Languages: runtime.SessionLanguages()}
+			}
+			if c.String("listen") != "" {
+				return serveHTTP(c, rt, in, cfg)
+			}
 			uid, gid := rt.SandboxOwner()
 			closeWS, err := workspaceConfig(c, &cfg, workspace.Owner{UID: uid, GID: gid}, filepath.Join(in.Dir(), "workspace"))
 			if err != nil {
@@ -111,14 +127,6 @@ func serveCommand() *cli.Command {
 				return err
 			}
 			defer closeHistory()
-			cfg.Status = func(ctx context.Context) mcp.StatusReport {
-				return statusReport(ctx, rt, c.Duration("timeout"))
-			}
-			if c.Int("max-sessions") > 0 {
-				sc := rt.SessionConfig()
-				cfg.Sessions = rt
-				cfg.SessionLimits = mcp.SessionLimits{Max: sc.Max, Idle: sc.Idle, MaxAge: sc.MaxAge, Grace: sc.Grace, Languages: runtime.SessionLanguages()}
-			}
 			// Closed first (deferred last): background runs are cancelled
 			// and recorded while the history and the runtime are still open.
 			nbg := c.Int("max-background")

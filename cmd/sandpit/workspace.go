@@ -77,7 +77,8 @@ func openWorkspace(c *cli.Context, cfg *mcp.Config, sandbox workspace.Owner, dir
 	if err != nil {
 		return nil, fmt.Errorf("--workspace-quota: %w", err)
 	}
-	if mem := c.Int64("memory-mb") << 20; mem > 0 && quota >= mem {
+	if mem := c.Int64("memory-mb") << 20; mem > 0 && quota >= mem && c.String("listen") == "" {
+		// (Over HTTP, serve warns once, not per tenant.)
 		slog.Warn("--workspace-quota is not below --memory-mb: a run writing that much is OOM-killed before it sees ENOSPC", "quota_bytes", quota, "memory_bytes", mem)
 	}
 	if v := c.String("workspace-max-size"); v != "" && maxSize == 0 {

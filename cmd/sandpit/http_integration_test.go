@@ -1,0 +1,288 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandpit-dev/sandpit/internal/instance"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
+)
+
+// httpServer is a `sandpit serve --listen` of a test, on a loopback port
+// the kernel picked, with its own state and data dirs.
+type httpServer struct {
+	url       string // the MCP endpoint
+	base      string // scheme://host:port
+	data      string // --data-dir
+	state     string
+	instance  string
+	cmd       *exec.Cmd
+	stderr    *syncBuffer
+	exited    chan struct{}
+	keepAlive bool
+}
+
+// startHTTP starts sandpit serve --listen 127.0.0.1:0 with data (a
+// --data-dir, made when "") and waits for the address it logs.
+func startHTTP(t *testing.T, data string, extra ...string) *httpServer {
+	t.Helper()
+	dir := t.TempDir()
+	if data == "" {
+		data = filepath.Join(dir, "data")
+	}
+	srv := &httpServer{data: data, state: filepath.Join(dir, "state"), instance: testenv.Instance(t),
+		stderr: &syncBuffer{}, exited: make(chan struct{})}
+	args := append([]string{"serve", "--listen", "127.0.0.1:0",
+		"--address", testenv.Containerd(t), "--no-start", "--build-images=false", "--memory-mb", "256", "--timeout", "1m",
+		"--instance", srv.instance, "--state-dir", srv.state, "--data-dir", data,
+	}, extra...)
+	srv.cmd = exec.Command(binPath, args...)
+	pr, pw := io.Pipe()
+	srv.cmd.Stderr = io.MultiWriter(srv.stderr, pw)
+	if err := srv.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { srv.cmd.Wait(); pw.Close(); close(srv.exited) }()
+	t.Cleanup(func() { srv.stop(t) })
+	urlRE := regexp.MustCompile(`url=(https?://[^ ]+)/mcp`)
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			if m := urlRE.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case found <- m[1]:
+				default:
+				}
+			}
+		}
+	}()
+	select {
+	case srv.base = <-found:
+	case <-srv.exited:
+		t.Fatalf("sandpit serve --listen exited: %v\n%s", srv.cmd.ProcessState, srv.stderr.String())
+	case <-time.After(testenv.Patience):
+		t.Fatalf("sandpit serve --listen logged no address in %v:\n%s", testenv.Patience, srv.stderr.String())
+	}
+	srv.url = srv.base + "/mcp"
+	return srv
+}
+
+// stop sends SIGTERM and waits for the server to exit and release its
+// instance.
+func (srv *httpServer) stop(t *testing.T) {
+	select {
+	case <-srv.exited:
+	default:
+		srv.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-srv.exited:
+		case <-time.After(testenv.Patience):
+			t.Errorf("sandpit serve --listen did not exit %v after SIGTERM", testenv.Patience)
+			srv.cmd.Process.Kill()
+			<-srv.exited
+		}
+	}
+	root := filepath.Join(srv.state, "instances")
+	if !testenv.Poll(testenv.Patience, func() bool { return instance.Holder(root, srv.instance) == 0 }) {
+		t.Errorf("instance %s still held after the server exited", srv.instance)
+	}
+	if t.Failed() {
+		t.Logf("server stderr:\n%s", srv.stderr.String())
+	}
+}
+
+// token creates a sandpit token for tenant name in data.
+func token(t *testing.T, data, name string) string {
+	t.Helper()
+	out, err := exec.Command(binPath, "token", "create", "--data-dir", data, name).Output()
+	if err != nil {
+		t.Fatalf("sandpit token create %s: %v", name, err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1]
+}
+
+// httpClient connects mcp-go's Streamable HTTP client with token.
+func httpClient(t *testing.T, url, token string) *client.Client {
+	t.Helper()
+	c, err := client.NewStreamableHttpClient(url, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), testenv.Patience)
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	var init mcpgo.InitializeRequest
+	init.Params.ProtocolVersion = mcpgo.LATEST_PROTOCOL_VERSION
+	init.Params.ClientInfo = mcpgo.Implementation{Name: "sandpit-http-e2e", Version: "1"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		t.Fatalf("initialize: %v", err)
+	}
+	return c
+}
+
+func structuredMap(t *testing.T, r *mcpgo.CallToolResult) map[string]any {
+	t.Helper()
+	b, _ := json.Marshal(r.StructuredContent)
+	var m map[string]any
+	json.Unmarshal(b, &m)
+	return m
+}
+
+// readResource reads uri; it returns the text, or the error's text.
+func readResource(t *testing.T, c *client.Client, uri string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), testenv.Patience)
+	defer cancel()
+	var req mcpgo.ReadResourceRequest
+	req.Params.URI = uri
+	res, err := c.ReadResource(ctx, req)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, c := range res.Contents {
+		if tc, ok := c.(mcpgo.TextResourceContents); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String(), nil
+}
+
+// Two tenants on one HTTP server: nothing of one is visible to, nameable
+// by or cancellable by the other — files, runs, history, sessions,
+// snapshots, background runs, resources, metrics — and another tenant's
+// id is "not found" exactly as an id that never existed (issue 25).
+func TestHTTPTenantsIsolated(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	ta, tb := token(t, data, "alice"), token(t, data, "bob")
+	srv := startHTTP(t, data)
+	alice := httpClient(t, srv.url, ta)
+	bob := httpClient(t, srv.url, tb)
+
+	// alice's state: a file, a run that wrote one, a session, a snapshot,
+	// a background run still going.
+	if r := call(t, alice, "write_file", map[string]any{"path": "secret.txt", "content": "alice's"}); r.IsError {
+		t.Fatal(text(r))
+	}
+	run := runResult(t, call(t, alice, "run_code", map[string]any{"language": "python",
+		"code": "open('made.txt','w').write('x'); print(open('secret.txt').read())"}))
+	if run.Stdout != "alice's\n" {
+		t.Fatalf("alice's run: %+v", run)
+	}
+	if r := runResult(t, call(t, alice, "run_code", map[string]any{"language": "python", "session": "s", "code": "v = 'alice-session'"})); r.Session == nil || !r.Session.New {
+		t.Fatalf("alice's session: %+v", r)
+	}
+	snap := structuredMap(t, call(t, alice, "create_state_snapshot", map[string]any{"description": "alice"}))
+	snapID, _ := snap["snapshot_id"].(string)
+	bg := runResult(t, call(t, alice, "run_code", map[string]any{"language": "bash", "code": "sleep 50", "background": true, "timeout_seconds": 55}))
+	if snapID == "" || bg.ID == "" {
+		t.Fatalf("snapshot %v, background run %+v", snap, bg)
+	}
+
+	// What bob sees of a name of alice's must be what he sees of one that
+	// never existed, with the name swapped.
+	same := func(what, aliceText, aliceID, neverText, neverID string) {
+		t.Helper()
+		if strings.ReplaceAll(aliceText, aliceID, "ID") != strings.ReplaceAll(neverText, neverID, "ID") {
+			t.Errorf("%s: bob told apart alice's %q from one that never existed:\n  alice's: %s\n  never:   %s", what, aliceID, aliceText, neverText)
+		}
+	}
+	never := "0123456789abcdef"
+	for _, tc := range []struct{ tool, arg, id string }{
+		{"get_run", "id", run.ID},
+		{"get_run", "id", bg.ID},
+		{"cancel_run", "id", bg.ID},
+		{"restore_state_snapshot", "snapshot_id", snapID},
+		{"diff_state_snapshot", "snapshot_id", snapID},
+		{"delete_state_snapshot", "snapshot_id", snapID},
+	} {
+		a := call(t, bob, tc.tool, map[string]any{tc.arg: tc.id})
+		n := call(t, bob, tc.tool, map[string]any{tc.arg: never})
+		if !a.IsError {
+			t.Errorf("bob's %s of alice's %s succeeded: %s", tc.tool, tc.id, text(a))
+		}
+		same(tc.tool, text(a), tc.id, text(n), never)
+	}
+	for _, tc := range []struct{ tool, path string }{{"read_file", "secret.txt"}, {"read_file", "made.txt"}, {"delete_file", "secret.txt"}} {
+		a := call(t, bob, tc.tool, map[string]any{"path": tc.path})
+		n := call(t, bob, tc.tool, map[string]any{"path": "never.txt"})
+		if !a.IsError {
+			t.Errorf("bob's %s %s succeeded: %s", tc.tool, tc.path, text(a))
+		}
+		same(tc.tool, text(a), tc.path, text(n), "never.txt")
+	}
+	for _, uri := range []string{"sandbox://runs/" + run.ID, "sandbox://workspace/secret.txt"} {
+		_, errA := readResource(t, bob, uri)
+		_, errN := readResource(t, bob, strings.NewReplacer(run.ID, never, "secret.txt", "never.txt").Replace(uri))
+		if errA == nil {
+			t.Errorf("bob read %s", uri)
+			continue
+		}
+		same(uri, errA.Error(), strings.TrimPrefix(strings.TrimPrefix(uri, "sandbox://runs/"), "sandbox://workspace/"), errN.Error(),
+			strings.TrimPrefix(strings.TrimPrefix(strings.NewReplacer(run.ID, never, "secret.txt", "never.txt").Replace(uri), "sandbox://runs/"), "sandbox://workspace/"))
+	}
+	// Lists: bob's are his own.
+	if l := text(call(t, bob, "list_files", map[string]any{})); strings.Contains(l, "secret") || strings.Contains(l, "made") {
+		t.Errorf("bob's list_files shows alice's files: %s", l)
+	}
+	if h := text(call(t, bob, "get_execution_history", map[string]any{})); strings.Contains(h, run.ID) || strings.Contains(h, bg.ID) {
+		t.Errorf("bob's history shows alice's runs: %s", h)
+	}
+	if s := text(call(t, bob, "list_state_snapshots", map[string]any{})); strings.Contains(s, snapID) {
+		t.Errorf("bob's snapshots show alice's: %s", s)
+	}
+	if s := text(call(t, bob, "list_sessions", map[string]any{})); strings.Contains(s, `"s"`) || strings.Contains(s, "alice") {
+		t.Errorf("bob's sessions show alice's: %s", s)
+	}
+	if r := call(t, bob, "close_session", map[string]any{"name": "s"}); !r.IsError {
+		t.Errorf("bob closed alice's session: %s", text(r))
+	}
+	if m := text(call(t, bob, "get_sandbox_metrics", map[string]any{})); strings.Contains(m, run.ID) {
+		t.Errorf("bob's metrics name alice's run: %s", m)
+	}
+	// bob's session "s" is his own, fresh.
+	if r := runResult(t, call(t, bob, "run_code", map[string]any{"language": "python", "session": "s", "code": "'v' in globals()"})); r.Session == nil || !r.Session.New || r.Value != "False" {
+		t.Errorf("bob's session s: %+v", r)
+	}
+	// bob's undo takes back bob's run only.
+	runResult(t, call(t, bob, "run_code", map[string]any{"language": "bash", "code": "echo b > bob.txt"}))
+	if r := call(t, bob, "undo_last_run", map[string]any{}); r.IsError {
+		t.Fatalf("bob's undo: %s", text(r))
+	}
+
+	// alice's world is whole: her session, files, snapshot and the
+	// background run bob tried to cancel.
+	if r := runResult(t, call(t, alice, "run_code", map[string]any{"language": "python", "session": "s", "code": "v"})); r.Value != "'alice-session'" {
+		t.Errorf("alice's session after bob: %+v", r)
+	}
+	if r := call(t, alice, "read_file", map[string]any{"path": "made.txt"}); r.IsError {
+		t.Errorf("alice's made.txt after bob's undo: %s", text(r))
+	}
+	if g := structuredMap(t, call(t, alice, "get_run", map[string]any{"id": bg.ID})); g["status"] != "running" {
+		t.Errorf("alice's background run after bob's cancel_run: %v", g["status"])
+	}
+	if r := call(t, alice, "cancel_run", map[string]any{"id": bg.ID}); r.IsError {
+		t.Errorf("alice cancelling her own run: %s", text(r))
+	}
+	if r := call(t, alice, "diff_state_snapshot", map[string]any{"snapshot_id": snapID}); r.IsError {
+		t.Errorf("alice's snapshot after bob: %s", text(r))
+	}
+}

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/sandpit-dev/sandpit/internal/auth"
+	"github.com/sandpit-dev/sandpit/internal/front"
+	"github.com/sandpit-dev/sandpit/internal/instance"
+	"github.com/sandpit-dev/sandpit/mcp"
+	"github.com/sandpit-dev/sandpit/runtime"
+)
+
+// httpFlags are serve's flags for serving MCP over HTTP.
+func httpFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "listen", Usage: "serve MCP over HTTP on HOST:PORT (Streamable HTTP at /mcp, legacy SSE at /sse) to authenticated tenants instead of stdio"},
+		&cli.StringFlag{Name: "data-dir", Value: dataDir(), EnvVars: []string{"SANDPIT_DATA_DIR"}, Usage: "persistent data: tokens (DIR/auth), each tenant's workspace, snapshots and history (DIR/tenants/NAME); a stdio server's workspace, snapshots and history default to DIR too"},
+		&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS with this PEM certificate (with --tls-key)"},
+		&cli.StringFlag{Name: "tls-key", Usage: "the PEM private key of --tls-cert"},
+		&cli.BoolFlag{Name: "insecure-http", Usage: "allow plain HTTP on a non-loopback --listen: a proxy in front terminates TLS"},
+		&cli.BoolFlag{Name: "insecure-no-auth", Usage: "no authentication (every client is tenant \"default\"); refused unless --listen is a loopback address"},
+		&cli.StringFlag{Name: "public-url", Usage: "the base URL clients reach this server at (scheme://host[:port]), when it is not --listen's: the OAuth resource is URL/mcp; requests must name its host"},
+		&cli.StringSliceFlag{Name: "allow-origin", Usage: "a browser Origin (scheme://host[:port]) allowed beyond --public-url's own (repeatable)"},
+		&cli.StringSliceFlag{Name: "allow-host", Usage: "a Host header (host or host:port) allowed beyond --public-url's own (repeatable)"},
+		&cli.StringFlag{Name: "oauth-issuer", Usage: "accept OAuth 2.1 JWT access tokens from this issuer (its discovery document and JWKS), with audience --public-url/mcp, beside sandpit tokens"},
+		&cli.StringFlag{Name: "oauth-tenant-claim", Value: "sub", Usage: "the access token claim that names the tenant"},
+		&cli.BoolFlag{Name: "oauth-introspect", Usage: "also ask the issuer's RFC 7662 introspection endpoint about every token (answers cached --oauth-introspection-ttl), so a token revoked at the issuer is refused here"},
+		&cli.StringFlag{Name: "oauth-introspection-url", Usage: "the introspection endpoint, when not the discovery document's (implies --oauth-introspect)"},
+		&cli.StringFlag{Name: "oauth-introspection-client", Usage: "CLIENT_ID:SECRET this server authenticates to the introspection endpoint with (HTTP Basic)", EnvVars: []string{"SANDPIT_OAUTH_INTROSPECTION_CLIENT"}},
+		&cli.DurationFlag{Name: "oauth-introspection-ttl", Value: auth.DefaultIntrospectionTTL, Usage: "how long an introspection answer is believed"},
+		&cli.DurationFlag{Name: "http-session-idle", Value: front.DefaultSessionIdle, Usage: "forget an HTTP client's MCP session idle this long"},
+		&cli.IntFlag{Name: "max-connections", Value: 256, Usage: "open HTTP connections at once"},
+	}
+}
+
+// checkHTTPFlags refuses HTTP flags without --listen and stdio's
+// single-workspace flags with it, and points a stdio server's defaults at
+// --data-dir when that was given.
+func checkHTTPFlags(c *cli.Context) error {
+	listen := c.String("listen") != ""
+	if !listen {
+		for _, f := range []string{"tls-cert", "tls-key", "insecure-http", "insecure-no-auth", "public-url", "allow-origin", "allow-host", "oauth-issuer", "oauth-introspect", "oauth-introspection-url", "oauth-introspection-client"} {
+			if c.IsSet(f) {
+				return fmt.Errorf("--%s needs --listen HOST:PORT (without it sandpit serves stdio)", f)
+			}
+		}
+		if c.IsSet("data-dir") {
+			for flag, leaf := range map[string]string{"workspace": "workspace", "snapshot-dir": "snapshots", "history-db": "history.db"} {
+				if !c.IsSet(flag) {
+					if err := c.Set(flag, filepath.Join(c.String("data-dir"), leaf)); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		return nil
+	}
+	for _, f := range []string{"workspace", "snapshot-dir", "history-db"} {
+		if c.IsSet(f) {
+			return fmt.Errorf("--%s is a stdio server's: over HTTP each tenant has its own under --data-dir (DIR/tenants/NAME)", f)
+		}
+	}
+	return nil
+}
+
+// serveHTTP serves MCP over HTTP until SIGTERM or SIGINT: each
+// authenticated tenant gets its own MCP server (tenants.go). base is the
+// configuration every tenant shares.
+func serveHTTP(c *cli.Context, rt *runtime.Runtime, in *instance.Instance, base mcp.Config) error {
+	dir := c.String("data-dir")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	ts, err := newTenants(c, rt, base, dir, filepath.Join(in.Dir(), "tenants"))
+	if err != nil {
+		return err
+	}
+	defer ts.Close()
+
+	ctx, cancel := context.WithCancel(c.Context)
+	defer cancel()
+	ln, err := net.Listen("tcp", c.String("listen"))
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	fc := front.Config{
+		Addr:           ln.Addr().String(),
+		TLSCert:        c.String("tls-cert"),
+		TLSKey:         c.String("tls-key"),
+		InsecureHTTP:   c.Bool("insecure-http"),
+		InsecureNoAuth: c.Bool("insecure-no-auth"),
+		PublicURL:      c.String("public-url"),
+		AllowedOrigins: c.StringSlice("allow-origin"),
+		AllowedHosts:   c.StringSlice("allow-host"),
+		Tenants:        ts,
+		SessionIdle:    c.Duration("http-session-idle"),
+		Limits: front.Limits{
+			MaxBodyBytes: int64(c.Int("max-message-mb")) << 20,
+			MaxConns:     c.Int("max-connections"),
+		},
+		Logger: slog.Default(),
+	}
+	// The OAuth audience is the front's resource URL, known once the
+	// front is made: the authenticator is set in between.
+	late := &lateAuth{}
+	if !fc.InsecureNoAuth {
+		fc.Auth = late
+		if iss := c.String("oauth-issuer"); iss != "" {
+			fc.AuthorizationServers = []string{iss}
+		}
+	}
+	f, err := front.New(fc)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	if !fc.InsecureNoAuth {
+		if late.a, err = httpAuth(ctx, c, f.PublicURL()+"/mcp"); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	go func() {
+		select {
+		case sig := <-sigs:
+			slog.Info("stopping: cancelling in-flight runs", "signal", sig.String())
+			cancel()
+		case <-ctx.Done():
+			return
+		}
+		sig := <-sigs
+		slog.Warn("second signal: exiting now", "signal", sig.String())
+		os.Exit(1)
+	}()
+	slog.Info("sandpit serving MCP over HTTP", "version", version, "instance", in.Name(), "listen", ln.Addr().String(),
+		"url", f.PublicURL()+"/mcp", "data_dir", dir, "tls", fc.TLSCert != "", "auth", !fc.InsecureNoAuth)
+	err = f.Serve(ctx, ln)
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	slog.Info("HTTP server stopped; closing tenants")
+	return err
+}
+
+// lateAuth is an authenticator set after the front is made; nothing is
+// served before it is.
+type lateAuth struct{ a auth.Authenticator }
+
+func (l *lateAuth) Authenticate(ctx context.Context, r *http.Request) (auth.Principal, error) {
+	return l.a.Authenticate(ctx, r)
+}
+
+// httpAuth is who may use the HTTP server: holders of sandpit tokens
+// (--data-dir), and with --oauth-issuer holders of that issuer's access
+// tokens for resource (this server's /mcp URL).
+func httpAuth(ctx context.Context, c *cli.Context, resource string) (auth.Authenticator, error) {
+	tokens, err := auth.OpenTokens(c.String("data-dir"))
+	if err != nil {
+		return nil, err
+	}
+	issuer := c.String("oauth-issuer")
+	if list, err := tokens.List(); err == nil && len(list) == 0 && issuer == "" {
+		slog.Warn("no tokens yet: every request will be refused until one exists; create one with `sandpit token create NAME`", "data_dir", c.String("data-dir"))
+	}
+	if issuer == "" {
+		return tokens, nil
+	}
+	oc := auth.OAuthConfig{
+		Issuer:           issuer,
+		Audience:         resource,
+		TenantClaim:      c.String("oauth-tenant-claim"),
+		Introspect:       c.Bool("oauth-introspect"),
+		IntrospectionURL: c.String("oauth-introspection-url"),
+		IntrospectionTTL: c.Duration("oauth-introspection-ttl"),
+	}
+	if cs := c.String("oauth-introspection-client"); cs != "" {
+		id, secret, ok := strings.Cut(cs, ":")
+		if !ok || id == "" {
+			return nil, fmt.Errorf("--oauth-introspection-client: want CLIENT_ID:SECRET")
+		}
+		oc.IntrospectionClientID, oc.IntrospectionClientSecret = id, secret
+	}
+	dctx, cancel := context.WithTimeout(ctx, oauthTimeout)
+	defer cancel()
+	oa, err := auth.NewOAuth(dctx, oc)
+	if err != nil {
+		return nil, fmt.Errorf("--oauth-issuer %s: %w", issuer, err)
+	}
+	slog.Info("accepting OAuth access tokens", "issuer", issuer, "audience", resource, "tenant_claim", oc.TenantClaim, "introspect", oc.Introspect || oc.IntrospectionURL != "")
+	return auth.Chain(tokens, oa), nil
+}
+
+// oauthTimeout bounds the issuer's discovery at start-up.
+const oauthTimeout = 30 * time.Second
