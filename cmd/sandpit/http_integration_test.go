@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -16,6 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandpit-dev/sandpit/internal/instance"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
@@ -39,13 +42,29 @@ type httpServer struct {
 // --data-dir, made when "") and waits for the address it logs.
 func startHTTP(t *testing.T, data string, extra ...string) *httpServer {
 	t.Helper()
+	return startHTTPWith(t, httpOpts{data: data}, extra...)
+}
+
+// httpOpts place a test's HTTP server: "" takes a fresh temp dir, and
+// port 0.
+type httpOpts struct{ data, state, listen string }
+
+func startHTTPWith(t *testing.T, o httpOpts, extra ...string) *httpServer {
+	t.Helper()
 	dir := t.TempDir()
-	if data == "" {
-		data = filepath.Join(dir, "data")
+	if o.data == "" {
+		o.data = filepath.Join(dir, "data")
 	}
-	srv := &httpServer{data: data, state: filepath.Join(dir, "state"), instance: testenv.Instance(t),
+	if o.state == "" {
+		o.state = filepath.Join(dir, "state")
+	}
+	if o.listen == "" {
+		o.listen = "127.0.0.1:0"
+	}
+	data := o.data
+	srv := &httpServer{data: data, state: o.state, instance: testenv.Instance(t),
 		stderr: &syncBuffer{}, exited: make(chan struct{})}
-	args := append([]string{"serve", "--listen", "127.0.0.1:0",
+	args := append([]string{"serve", "--listen", o.listen,
 		"--address", testenv.Containerd(t), "--no-start", "--build-images=false", "--memory-mb", "256", "--timeout", "1m",
 		"--instance", srv.instance, "--state-dir", srv.state, "--data-dir", data,
 	}, extra...)
@@ -285,4 +304,141 @@ func TestHTTPTenantsIsolated(t *testing.T) {
 	if r := call(t, alice, "diff_state_snapshot", map[string]any{"snapshot_id": snapID}); r.IsError {
 		t.Errorf("alice's snapshot after bob: %s", text(r))
 	}
+}
+
+// The official Go SDK (2026-07-28, stateless) and a legacy SSE client are
+// two tenants like any others: each reaches its own workspace only; one
+// tenant over two transports is one tenant.
+func TestHTTPGoSDKAndLegacySSE(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	tc, td := token(t, data, "carol"), token(t, data, "dave")
+	srv := startHTTP(t, data)
+
+	ctx, cancel := context.WithTimeout(t.Context(), testenv.Patience)
+	defer cancel()
+	sdk := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "sandpit-e2e", Version: "1"}, nil)
+	cs, err := sdk.Connect(ctx, &mcpsdk.StreamableClientTransport{Endpoint: srv.url, MaxRetries: -1,
+		HTTPClient: &http.Client{Transport: bearerRT{tc, http.DefaultTransport}}}, nil)
+	if err != nil {
+		t.Fatalf("go-sdk connect: %v", err)
+	}
+	defer cs.Close()
+	if v := cs.InitializeResult().ProtocolVersion; v != "2026-07-28" {
+		t.Errorf("go-sdk negotiated %s, want 2026-07-28", v)
+	}
+	res, err := cs.CallTool(ctx, &mcpsdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "open('carol.txt','w').write('c'); print('carol ran')"}})
+	if err != nil || res.IsError || !strings.Contains(res.Content[0].(*mcpsdk.TextContent).Text, "carol ran") {
+		t.Fatalf("go-sdk run_code: %v %+v", err, res)
+	}
+
+	sse, err := client.NewSSEMCPClient(srv.base+"/sse", client.WithHeaders(map[string]string{"Authorization": "Bearer " + td}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sse.Start(ctx); err != nil {
+		t.Fatalf("SSE start: %v", err)
+	}
+	defer sse.Close()
+	var init mcpgo.InitializeRequest
+	init.Params.ProtocolVersion = "2024-11-05"
+	init.Params.ClientInfo = mcpgo.Implementation{Name: "sandpit-e2e-sse", Version: "1"}
+	if _, err := sse.Initialize(ctx, init); err != nil {
+		t.Fatalf("SSE initialize: %v", err)
+	}
+	if r := call(t, sse, "read_file", map[string]any{"path": "carol.txt"}); !r.IsError {
+		t.Errorf("dave (SSE) read carol's file: %s", text(r))
+	}
+	if r := runResult(t, call(t, sse, "run_code", map[string]any{"language": "bash", "code": "ls; echo dave ran"})); r.Stdout != "dave ran\n" {
+		t.Errorf("dave's run over SSE sees %q", r.Stdout)
+	}
+	// carol over legacy SSE is carol: her file is there.
+	sc, err := client.NewSSEMCPClient(srv.base+"/sse", client.WithHeaders(map[string]string{"Authorization": "Bearer " + tc}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	if _, err := sc.Initialize(ctx, init); err != nil {
+		t.Fatal(err)
+	}
+	if r := call(t, sc, "read_file", map[string]any{"path": "carol.txt"}); r.IsError {
+		t.Errorf("carol over SSE cannot read her own file: %s", text(r))
+	}
+}
+
+type bearerRT struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+// A server killed with -9 while HTTP clients are connected and a run is in
+// flight: the clients get errors, not hangs; a server started again on the
+// same port and data dir serves them with their workspaces, and its
+// janitor removes everything the dead one left (issue 25).
+func TestHTTPKill9(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	ta, tb := token(t, data, "alice"), token(t, data, "bob")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	st := lifecycleStore{addr: testenv.Containerd(t), dir: t.TempDir()}
+	st.state = filepath.Join(st.dir, "state")
+	t.Cleanup(func() {
+		if out, err := exec.Command(binPath, "gc", "--address", st.addr, "--no-start", "--state-dir", st.state).CombinedOutput(); err != nil {
+			t.Errorf("sandpit gc after the test: %v\n%s", err, out)
+		}
+	})
+	first := startHTTPWith(t, httpOpts{data: data, state: st.state, listen: addr})
+	alice, bob := httpClient(t, first.url, ta), httpClient(t, first.url, tb)
+	call(t, alice, "write_file", map[string]any{"path": "kept.txt", "content": "before the crash"})
+	inflight := make(chan error, 1)
+	go func() {
+		var req mcpgo.CallToolRequest
+		req.Params.Name = "run_code"
+		req.Params.Arguments = map[string]any{"language": "python", "code": "import time\nprint('started', flush=True)\ntime.sleep(60)", "timeout_seconds": 60}
+		_, err := bob.CallTool(t.Context(), req)
+		inflight <- err
+	}()
+	waitRunning(t, st, first.instance)
+	first.cmd.Process.Kill()
+	<-first.exited
+	select {
+	case err := <-inflight:
+		if err == nil {
+			t.Error("bob's call in flight returned no error when the server died")
+		}
+	case <-time.After(testenv.Patience):
+		t.Fatal("bob's call in flight hangs after the server died")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), testenv.Patience)
+	defer cancel()
+	// (Ping is no request at all in the 2026-07-28 era: list the tools.)
+	if _, err := alice.ListTools(ctx, mcpgo.ListToolsRequest{}); err == nil {
+		t.Error("alice's tools/list succeeded with the server dead")
+	}
+	before := leftovers(t, st, first.instance)
+	if len(before) == 0 {
+		t.Fatal("the killed server left nothing: the test cannot see a janitor work")
+	}
+
+	second := startHTTPWith(t, httpOpts{data: data, state: st.state, listen: addr})
+	alice2 := httpClient(t, second.url, ta)
+	if r := call(t, alice2, "read_file", map[string]any{"path": "kept.txt"}); r.IsError || !strings.Contains(text(r), "before the crash") {
+		t.Errorf("alice's file after the restart: %s", text(r))
+	}
+	if r := runResult(t, call(t, httpClient(t, second.url, tb), "run_code", map[string]any{"language": "bash", "code": "echo again"})); r.Stdout != "again\n" {
+		t.Errorf("bob after the restart: %+v", r)
+	}
+	assertNothingLeft(t, st, first.instance, testenv.Patience)
 }
