@@ -277,6 +277,14 @@ func TestHTTPTenantsIsolated(t *testing.T) {
 	if m := text(call(t, bob, "get_sandbox_metrics", map[string]any{})); strings.Contains(m, run.ID) {
 		t.Errorf("bob's metrics name alice's run: %s", m)
 	}
+	// The server's log (all tenants' runs) and the host's paths are no
+	// tenant's to read.
+	if _, err := readResource(t, bob, "sandbox://logs"); err == nil {
+		t.Error("a tenant can read the server's log")
+	}
+	if st, err := readResource(t, bob, "sandbox://status"); err != nil || strings.Contains(st, testenv.Containerd(t)) || strings.Contains(st, srv.data) {
+		t.Errorf("sandbox://status for a tenant (err %v) names host paths: %s", err, st)
+	}
 	// bob's session "s" is his own, fresh.
 	if r := runResult(t, call(t, bob, "run_code", map[string]any{"language": "python", "session": "s", "code": "'v' in globals()"})); r.Session == nil || !r.Session.New || r.Value != "False" {
 		t.Errorf("bob's session s: %+v", r)
@@ -441,4 +449,56 @@ func TestHTTPKill9(t *testing.T) {
 		t.Errorf("bob after the restart: %+v", r)
 	}
 	assertNothingLeft(t, st, first.instance, testenv.Patience)
+}
+
+// Per-tenant quotas over HTTP: CPU time per hour, workspace size and
+// sessions are each tenant's own — one tenant at its limit is refused with
+// a reason while another goes on (issue 25).
+func TestHTTPTenantQuotas(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	ta, tb := token(t, data, "alice"), token(t, data, "bob")
+	srv := startHTTP(t, data, "--tenant-cpu-per-hour", "300ms", "--tenant-workspace-max-size", "64KiB", "--tenant-max-sessions", "1")
+	alice, bob := httpClient(t, srv.url, ta), httpClient(t, srv.url, tb)
+
+	// Sessions: alice's second is refused, bob's first is not.
+	runResult(t, call(t, alice, "run_code", map[string]any{"language": "python", "session": "a", "code": "1"}))
+	if r := call(t, alice, "run_code", map[string]any{"language": "python", "session": "b", "code": "1"}); !r.IsError || !strings.Contains(text(r), "sessions are open") {
+		t.Errorf("alice's second session: %s", text(r))
+	}
+	runResult(t, call(t, bob, "run_code", map[string]any{"language": "python", "session": "a", "code": "1"}))
+
+	// Workspace size: alice's 100 KiB file does not fit in 64 KiB.
+	big := strings.Repeat("x", 100<<10)
+	if r := call(t, alice, "write_file", map[string]any{"path": "big.txt", "content": big}); !r.IsError {
+		t.Errorf("alice wrote 100 KiB into a 64 KiB workspace")
+	}
+	if r := call(t, bob, "write_file", map[string]any{"path": "small.txt", "content": "fits"}); r.IsError {
+		t.Errorf("bob's small file: %s", text(r))
+	}
+
+	// CPU: alice burns a second of CPU time; her next run is refused with
+	// the reason and when it frees, bob's runs go on.
+	burn := "import time\nt = time.process_time()\nwhile time.process_time() - t < 1: pass\nprint('burnt')"
+	if r := runResult(t, call(t, alice, "run_code", map[string]any{"language": "python", "code": burn, "timeout_seconds": 60})); r.Stdout != "burnt\n" {
+		t.Fatalf("alice's burn: %+v", r)
+	}
+	r := call(t, alice, "run_code", map[string]any{"language": "bash", "code": "echo next"})
+	if !r.IsError || !strings.Contains(text(r), "CPU time in the last hour") || !strings.Contains(text(r), "wait until") {
+		t.Errorf("alice past her CPU budget: %s", text(r))
+	}
+	if r := runResult(t, call(t, bob, "run_code", map[string]any{"language": "bash", "code": "echo bob"})); r.Stdout != "bob\n" {
+		t.Errorf("bob beside alice's spent budget: %+v", r)
+	}
+	// The operator's view shows both, alice with her CPU.
+	out, err := exec.Command(binPath, "tenants", "--data-dir", data, "--json").Output()
+	if err != nil {
+		t.Fatalf("sandpit tenants: %v", err)
+	}
+	var reports []TenantReport
+	if err := json.Unmarshal(out, &reports); err != nil {
+		t.Fatalf("sandpit tenants --json: %v\n%s", err, out)
+	}
+	if len(reports) != 2 || reports[0].Name != "alice" || reports[0].CPUHourMS < 900 || reports[0].Runs < 2 || reports[0].TokenCreated.IsZero() || reports[1].Name != "bob" {
+		t.Errorf("sandpit tenants: %+v", reports)
+	}
 }

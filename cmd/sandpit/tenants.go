@@ -76,6 +76,14 @@ func newTenants(c *cli.Context, rt *runtime.Runtime, base mcp.Config, dataDir, v
 	// The base is a stdio server's: what a single client may see of the
 	// host (the server's log) is no tenant's to see.
 	base.Logs, base.HostPaths = nil, nil
+	if st := base.Status; st != nil {
+		// Nor the host's paths: the socket containerd listens on.
+		base.Status = func(ctx context.Context) mcp.StatusReport {
+			r := st(ctx)
+			r.ContainerdAddress = ""
+			return r
+		}
+	}
 	return &tenants{
 		c: c, rt: rt, base: base, dataDir: dataDir, views: viewsDir, max: c.Int("max-tenants"),
 		slots: quota.NewSlots(c.Int("concurrency"), c.Int("tenant-max-concurrent"), 0),
