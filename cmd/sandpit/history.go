@@ -15,6 +15,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sandpit-dev/sandpit/internal/auth"
 	"github.com/sandpit-dev/sandpit/internal/logring"
 	"github.com/sandpit-dev/sandpit/mcp"
 	"github.com/sandpit-dev/sandpit/store/history"
@@ -43,6 +44,15 @@ func historyDefaultPath() string {
 func historyDBFlag() cli.Flag {
 	return &cli.StringFlag{Name: "history-db", Value: historyDefaultPath(), EnvVars: []string{"SANDPIT_HISTORY_DB"},
 		Usage: `execution history database ("off": keep no history)`}
+}
+
+// tenantFlag picks an HTTP tenant's history under --data-dir.
+func tenantFlag() cli.Flag {
+	return &cli.StringFlag{Name: "tenant", Usage: "read this HTTP tenant's history (DATA_DIR/tenants/NAME/history.db) instead of --history-db"}
+}
+
+func historyDataDirFlag() cli.Flag {
+	return &cli.StringFlag{Name: "data-dir", Value: dataDir(), EnvVars: []string{"SANDPIT_DATA_DIR"}, Usage: "the HTTP server's data directory, for --tenant"}
 }
 
 // historyFlags are serve's history flags.
@@ -102,7 +112,7 @@ func historyCommand() *cli.Command {
 		Usage:     "list the runs the server recorded, newest first",
 		ArgsUsage: " ",
 		Flags: []cli.Flag{
-			historyDBFlag(),
+			historyDBFlag(), tenantFlag(), historyDataDirFlag(),
 			&cli.IntFlag{Name: "limit", Aliases: []string{"n"}, Value: history.DefaultLimit, Usage: "how many runs to list"},
 			&cli.StringFlag{Name: "status", Usage: "only runs with this status (success, error, timeout, oom, compile_error)"},
 			&cli.StringFlag{Name: "language", Usage: "only runs in this language"},
@@ -136,7 +146,7 @@ func historyCommand() *cli.Command {
 			Name:      "show",
 			Usage:     "print one run in full, code included",
 			ArgsUsage: "ID",
-			Flags:     []cli.Flag{historyDBFlag(), jsonFlag},
+			Flags:     []cli.Flag{historyDBFlag(), tenantFlag(), historyDataDirFlag(), jsonFlag},
 			Action: func(c *cli.Context) error {
 				// cli stops parsing flags at the id: accept `show ID --json` too.
 				asJSON := c.Bool("json")
@@ -169,6 +179,15 @@ func historyCommand() *cli.Command {
 // withHistory opens an existing history database; it never creates one.
 func withHistory(c *cli.Context, fn func(*history.DB) error) error {
 	path := c.String("history-db")
+	if tn := c.String("tenant"); tn != "" {
+		if c.IsSet("history-db") {
+			return fmt.Errorf("give --tenant or --history-db, not both")
+		}
+		if !auth.ValidTenant(tn) {
+			return fmt.Errorf("--tenant %q is not a tenant name (sandpit tenants lists them)", tn)
+		}
+		path = filepath.Join(c.String("data-dir"), "tenants", tn, "history.db")
+	}
 	if _, err := os.Stat(path); err != nil {
 		return fmt.Errorf("no history at %s (the server has recorded no runs there; pass --history-db to read another)", path)
 	}

@@ -498,6 +498,10 @@ func TestHTTPTenantQuotas(t *testing.T) {
 	if err := json.Unmarshal(out, &reports); err != nil {
 		t.Fatalf("sandpit tenants --json: %v\n%s", err, out)
 	}
+	hist, err := exec.Command(binPath, "history", "--data-dir", data, "--tenant", "bob", "--json").Output()
+	if err != nil || !strings.Contains(string(hist), "echo bob") || strings.Contains(string(hist), "burnt") {
+		t.Errorf("sandpit history --tenant bob: %v\n%s", err, hist)
+	}
 	if len(reports) != 2 || reports[0].Name != "alice" || reports[0].CPUHourMS < 900 || reports[0].Runs < 2 || reports[0].TokenCreated.IsZero() || reports[1].Name != "bob" {
 		t.Errorf("sandpit tenants: %+v", reports)
 	}
