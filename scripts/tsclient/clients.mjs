@@ -1,0 +1,173 @@
+// The MCP TypeScript SDK's clients against a running `sandpit serve
+// --listen`: two tenants over Streamable HTTP, each confined to its own
+// workspace and history; no token and a wrong token refused with 401;
+// progress notifications of a run that prints over time; the legacy SSE
+// transport. scripts/http-clients-test.sh starts the server and runs this.
+//
+//   SANDPIT_URL=http://127.0.0.1:PORT TOKEN_A=spt_... TOKEN_B=spt_... node clients.mjs
+//
+// Prints one line per check and "N passed, N failed" last; exits non-zero
+// when any check failed.
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport, StreamableHTTPError } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { SSEClientTransport, SseError } from "@modelcontextprotocol/sdk/client/sse.js";
+import { UnauthorizedError } from "@modelcontextprotocol/sdk/client/auth.js";
+
+const base = process.env.SANDPIT_URL;
+const tokens = { a: process.env.TOKEN_A, b: process.env.TOKEN_B };
+if (!base || !tokens.a || !tokens.b) {
+	console.error("usage: SANDPIT_URL=http://HOST:PORT TOKEN_A=... TOKEN_B=... node clients.mjs");
+	process.exit(2);
+}
+// A run waits for a sandbox on a loaded machine: generous, never a speed
+// claim (the server's own --timeout bounds each run).
+const callTimeout = 180_000;
+
+let passed = 0, failed = 0;
+function ok(name) { passed++; console.log(`http-clients: ok   ${name}`); }
+function fail(name, why) { failed++; console.log(`http-clients: FAIL ${name}: ${why}`); }
+function check(name, cond, why) { cond ? ok(name) : fail(name, why()); }
+
+function bearer(token) { return token ? { requestInit: { headers: { Authorization: `Bearer ${token}` } } } : {}; }
+
+async function connect(transport) {
+	const client = new Client({ name: "sandpit-http-clients-test", version: "1.0.0" });
+	await client.connect(transport, { timeout: callTimeout });
+	return client;
+}
+
+// call runs a tool and returns {result, error}: a JSON-RPC error is caught
+// (error set), a tool error is a result with isError.
+async function call(client, name, args, opts = {}) {
+	try {
+		const result = await client.callTool({ name, arguments: args }, undefined, { timeout: callTimeout, ...opts });
+		return { result };
+	} catch (error) {
+		return { error };
+	}
+}
+const text = (r) => (r?.content ?? []).filter((c) => c.type === "text").map((c) => c.text).join("\n");
+const show = (x) => (x.error ? `error ${x.error}` : JSON.stringify(x.result).slice(0, 600));
+// refused: the call failed, as a tool error or a JSON-RPC error.
+const refused = (x) => x.error !== undefined || x.result?.isError === true;
+
+async function tenants() {
+	const names = ["a", "b"];
+	const c = {};
+	for (const t of names) {
+		c[t] = await connect(new StreamableHTTPClientTransport(new URL("/mcp", base), bearer(tokens[t])));
+		ok(`tenant ${t}: Streamable HTTP initialize (protocol ${c[t].transport.protocolVersion ?? "?"}, server ${c[t].getServerVersion()?.name})`);
+	}
+	const list = await c.a.listTools();
+	check("tools/list has run_code, read_file, get_run", ["run_code", "read_file", "get_run", "get_execution_history"].every((n) => list.tools.some((t) => t.name === n)),
+		() => JSON.stringify(list.tools.map((t) => t.name)));
+
+	// Each writes a secret file of its own; both exist before any
+	// cross-check, so a refusal means isolation, not absence.
+	const secret = { a: `alpha-${process.pid}-${Date.now()}`, b: `bravo-${process.pid}-${Date.now()}` };
+	for (const t of names) {
+		const w = await call(c[t], "write_file", { path: `secret-${t}.txt`, content: secret[t] });
+		check(`tenant ${t}: write_file`, !refused(w), () => show(w));
+	}
+	const run = {};
+	for (const t of names) {
+		const other = t === "a" ? "b" : "a";
+		const code = [
+			"import os",
+			`print("hello from tenant ${t}")`,
+			`print(open("secret-${t}.txt").read())`,
+			`print("other file visible:", os.path.exists("secret-${other}.txt"))`,
+		].join("\n");
+		const r = await call(c[t], "run_code", { language: "python", code });
+		const sc = r.result?.structuredContent;
+		run[t] = sc?.id;
+		check(`tenant ${t}: run_code python prints and reads its own file`,
+			!refused(r) && sc?.status === "success" && sc.stdout === `hello from tenant ${t}\n${secret[t]}\nother file visible: False\n` && typeof sc.id === "string",
+			() => show(r));
+	}
+	for (const t of names) {
+		const other = t === "a" ? "b" : "a";
+		const own = await call(c[t], "read_file", { path: `secret-${t}.txt` });
+		check(`tenant ${t}: read_file of its own file`, !refused(own) && text(own.result).includes(secret[t]), () => show(own));
+		const theirs = await call(c[t], "read_file", { path: `secret-${other}.txt` });
+		check(`tenant ${t}: read_file of ${other}'s file is an error`,
+			refused(theirs) && !JSON.stringify(theirs.result ?? String(theirs.error)).includes(secret[other]), () => show(theirs));
+
+		const h = await call(c[t], "get_execution_history", { limit: 100 });
+		const ids = (h.result?.structuredContent?.runs ?? []).map((r) => r.id);
+		check(`tenant ${t}: history has its run and not ${other}'s`,
+			!refused(h) && ids.includes(run[t]) && !ids.includes(run[other]) && !JSON.stringify(h.result).includes(`tenant ${other}`),
+			() => `own ${run[t]}, other ${run[other]}, got ${JSON.stringify(ids)}`);
+
+		const mine = await call(c[t], "get_run", { id: run[t] });
+		check(`tenant ${t}: get_run of its own run`, !refused(mine) && mine.result.structuredContent?.id === run[t], () => show(mine));
+		const notMine = await call(c[t], "get_run", { id: run[other] });
+		check(`tenant ${t}: get_run of ${other}'s run is an error`,
+			refused(notMine) && !JSON.stringify(notMine.result ?? String(notMine.error)).includes(`tenant ${other}`), () => show(notMine));
+	}
+
+	// Progress: a run that prints over a few seconds, called with
+	// onprogress (the SDK then sends a progressToken).
+	const notes = [];
+	const p = await call(c.a, "run_code", {
+		language: "python",
+		code: "import time\nfor i in range(6):\n    print('tick', i, flush=True)\n    time.sleep(0.5)\n",
+	}, { onprogress: (n) => notes.push(n) });
+	check("progress notifications while a run prints", !refused(p) && p.result.structuredContent?.status === "success" && notes.length > 0 && notes.some((n) => /tick \d/.test(n.message ?? "")),
+		() => `${notes.length} notifications ${JSON.stringify(notes).slice(0, 300)}; result ${show(p)}`);
+
+	for (const t of names) {
+		await c[t].transport.terminateSession();
+		await c[t].close();
+	}
+}
+
+// refusedAs401 tells whether err is the SDK's way of saying the server
+// answered 401: StreamableHTTPError/SseError with code 401, or
+// UnauthorizedError (what it throws when it has an auth provider).
+function refusedAs401(err) {
+	return err instanceof UnauthorizedError ||
+		((err instanceof StreamableHTTPError || err instanceof SseError) && err.code === 401);
+}
+
+async function unauthorized() {
+	for (const [name, token] of [["no token", undefined], ["a wrong token", "spt_" + "A".repeat(43)]]) {
+		try {
+			const cl = await connect(new StreamableHTTPClientTransport(new URL("/mcp", base), bearer(token)));
+			await cl.close();
+			fail(`Streamable HTTP with ${name} is refused`, "initialize succeeded");
+		} catch (err) {
+			check(`Streamable HTTP with ${name} is refused with 401`, refusedAs401(err), () => `${err?.constructor?.name}: ${err?.message} (code ${err?.code})`);
+		}
+		try {
+			const cl = await connect(new SSEClientTransport(new URL("/sse", base), bearer(token)));
+			await cl.close();
+			fail(`SSE with ${name} is refused`, "connect succeeded");
+		} catch (err) {
+			check(`SSE with ${name} is refused with 401`, refusedAs401(err), () => `${err?.constructor?.name}: ${err?.message} (code ${err?.code})`);
+		}
+	}
+}
+
+async function legacySSE() {
+	const cl = await connect(new SSEClientTransport(new URL("/sse", base), bearer(tokens.b)));
+	ok("legacy SSE: initialize");
+	const r = await call(cl, "run_code", { language: "python", code: "print(6*7)" });
+	check("legacy SSE: run_code python", !refused(r) && r.result.structuredContent?.stdout === "42\n", () => show(r));
+	// Same tenant over the other transport: its workspace, not a's.
+	const own = await call(cl, "read_file", { path: "secret-b.txt" });
+	check("legacy SSE: tenant b reads its own file", !refused(own) && text(own.result).includes("bravo-"), () => show(own));
+	const theirs = await call(cl, "read_file", { path: "secret-a.txt" });
+	check("legacy SSE: tenant b cannot read a's file", refused(theirs), () => show(theirs));
+	await cl.close();
+}
+
+for (const [name, fn] of [["tenants", tenants], ["unauthorized", unauthorized], ["legacy SSE", legacySSE]]) {
+	try {
+		await fn();
+	} catch (err) {
+		fail(name, `threw ${err?.constructor?.name}: ${err?.stack ?? err}`);
+	}
+}
+console.log(`http-clients: ${passed} passed, ${failed} failed`);
+process.exit(failed === 0 ? 0 : 1);
