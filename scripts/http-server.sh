@@ -17,6 +17,7 @@ http_server_start() {
 	local sock=$1 dir=$2 name=$3
 	shift 3
 	mkdir -p "$dir/data"
+	: >"$dir/serve.log"
 	bin/sandpit serve --listen 127.0.0.1:0 --address "$sock" --no-start --build-images=false \
 		--instance "$name" --state-dir "$dir/state" --data-dir "$dir/data" \
 		--memory-mb 256 --timeout 1m "$@" 2>"$dir/serve.log" &
