@@ -24,6 +24,8 @@ inspector="$cache/node_modules/.bin/mcp-inspector"
 . scripts/http-server.sh
 work=$(mktemp -d)
 trap 'http_server_stop || true; rm -rf "$work"' EXIT
+# The Inspector keeps OAuth state (a no-token call starts a login) here, not in ~.
+export MCP_STORAGE_DIR="$work/inspector-storage"
 server=("$PWD/bin/sandpit" serve --address "$sock" --no-start --build-images=false --instance inspector-test --state-dir "$work/state")
 if bin/sandpit serve --help | grep -q -- --workspace; then
 	server+=(--workspace "$work/ws")

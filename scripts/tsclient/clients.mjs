@@ -2,7 +2,9 @@
 // --listen`: two tenants over Streamable HTTP, each confined to its own
 // workspace and history; no token and a wrong token refused with 401;
 // progress notifications of a run that prints over time; the legacy SSE
-// transport. scripts/http-clients-test.sh starts the server and runs this.
+// transport; mcp-remote, the stdio-to-HTTP bridge the README shows, with
+// --header and --header-file. scripts/http-clients-test.sh starts the
+// server and runs this.
 //
 //   SANDPIT_URL=http://127.0.0.1:PORT TOKEN_A=spt_... TOKEN_B=spt_... node clients.mjs
 //
@@ -12,6 +14,11 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport, StreamableHTTPError } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { SSEClientTransport, SseError } from "@modelcontextprotocol/sdk/client/sse.js";
 import { UnauthorizedError } from "@modelcontextprotocol/sdk/client/auth.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 
 const base = process.env.SANDPIT_URL;
 const tokens = { a: process.env.TOKEN_A, b: process.env.TOKEN_B };
@@ -162,7 +169,32 @@ async function legacySSE() {
 	await cl.close();
 }
 
-for (const [name, fn] of [["tenants", tenants], ["unauthorized", unauthorized], ["legacy SSE", legacySSE]]) {
+// mcpRemote bridges stdio to the server as a client that speaks only
+// stdio would (Claude Desktop's command/args), exactly as the README shows.
+async function mcpRemote() {
+	const proxy = fileURLToPath(new URL("./node_modules/mcp-remote/dist/proxy.js", import.meta.url));
+	// Its OAuth state goes to a directory of its own, not ~/.mcp-auth.
+	const dir = mkdtempSync(join(tmpdir(), "mcp-remote-"));
+	try {
+		const headers = join(dir, "headers.txt");
+		writeFileSync(headers, `Authorization: Bearer ${tokens.a}\n`, { mode: 0o600 });
+		const env = { ...process.env, MCP_REMOTE_CONFIG_DIR: dir };
+		for (const [name, args] of [
+			["--header", [new URL("/mcp", base).href, "--header", `Authorization: Bearer ${tokens.a}`]],
+			["--header-file", [new URL("/mcp", base).href, "--header-file", headers]],
+			["--transport sse-only", [new URL("/sse", base).href, "--transport", "sse-only", "--header-file", headers]],
+		]) {
+			const cl = await connect(new StdioClientTransport({ command: process.execPath, args: [proxy, ...args], env, stderr: "pipe" }));
+			const r = await call(cl, "read_file", { path: "secret-a.txt" });
+			check(`mcp-remote ${name}: tenant a reads its own file`, !refused(r) && text(r.result).includes("alpha-"), () => show(r));
+			await cl.close();
+		}
+	} finally {
+		rmSync(dir, { recursive: true, force: true });
+	}
+}
+
+for (const [name, fn] of [["tenants", tenants], ["unauthorized", unauthorized], ["legacy SSE", legacySSE], ["mcp-remote", mcpRemote]]) {
 	try {
 		await fn();
 	} catch (err) {
