@@ -178,9 +178,12 @@ async function mcpRemote() {
 	try {
 		const headers = join(dir, "headers.txt");
 		writeFileSync(headers, `Authorization: Bearer ${tokens.a}\n`, { mode: 0o600 });
-		const env = { ...process.env, MCP_REMOTE_CONFIG_DIR: dir };
+		const env = { ...process.env, MCP_REMOTE_CONFIG_DIR: dir, AUTH_HEADER: `Bearer ${tokens.a}` };
 		for (const [name, args] of [
 			["--header", [new URL("/mcp", base).href, "--header", `Authorization: Bearer ${tokens.a}`]],
+			// The README's claude_desktop_config.json: mcp-remote itself
+			// fills ${AUTH_HEADER} from its environment.
+			["--header Authorization:${AUTH_HEADER}", [new URL("/mcp", base).href, "--header", "Authorization:${AUTH_HEADER}"]],
 			["--header-file", [new URL("/mcp", base).href, "--header-file", headers]],
 			["--transport sse-only", [new URL("/sse", base).href, "--transport", "sse-only", "--header-file", headers]],
 		]) {
