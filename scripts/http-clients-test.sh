@@ -4,7 +4,8 @@
 # scripts/tsclient): two tenants, each with its own token, on one server;
 # each confined to its own files and runs; no token and a wrong one refused
 # with 401; progress of a run that prints; the legacy SSE transport
-# (scripts/tsclient/clients.mjs says what is checked). The SDK is installed
+# (scripts/tsclient/clients.mjs says what is checked: also resources by
+# URI, another tenant's session id, and mcp-remote). The SDK is installed
 # into a cache outside the checkout on first use. Skips (saying so) only
 # when npm is not installed at all; any failure of a client or the server
 # fails.

@@ -1,6 +1,7 @@
 // The MCP TypeScript SDK's clients against a running `sandpit serve
 // --listen`: two tenants over Streamable HTTP, each confined to its own
-// workspace and history; no token and a wrong token refused with 401;
+// workspace and history (tools and resources), neither able to use the
+// other's session id; no token and a wrong token refused with 401;
 // progress notifications of a run that prints over time; the legacy SSE
 // transport; mcp-remote, the stdio-to-HTTP bridge the README shows, with
 // --header and --header-file. scripts/http-clients-test.sh starts the
@@ -113,6 +114,28 @@ async function tenants() {
 			refused(notMine) && !JSON.stringify(notMine.result ?? String(notMine.error)).includes(`tenant ${other}`), () => show(notMine));
 	}
 
+	// The same through resources: a workspace file and a run by URI.
+	for (const t of names) {
+		const other = t === "a" ? "b" : "a";
+		const read = async (uri) => {
+			try {
+				return { result: await c[t].readResource({ uri }, { timeout: callTimeout }) };
+			} catch (error) {
+				return { error };
+			}
+		};
+		const own = await read(`sandbox://workspace/secret-${t}.txt`);
+		check(`tenant ${t}: resources/read of its own file`, own.result?.contents?.[0]?.text === secret[t], () => show(own));
+		const theirs = await read(`sandbox://workspace/secret-${other}.txt`);
+		check(`tenant ${t}: resources/read of ${other}'s file is an error`,
+			theirs.error !== undefined && !String(theirs.error).includes(secret[other]), () => show(theirs));
+		const ownRun = await read(`sandbox://runs/${run[t]}`);
+		check(`tenant ${t}: resources/read of its own run`, (ownRun.result?.contents?.[0]?.text ?? "").includes(run[t]), () => show(ownRun));
+		const theirRun = await read(`sandbox://runs/${run[other]}`);
+		check(`tenant ${t}: resources/read of ${other}'s run is an error`,
+			theirRun.error !== undefined && !String(theirRun.error).includes(`tenant ${other}`), () => show(theirRun));
+	}
+
 	// Progress: a run that prints over a few seconds, called with
 	// onprogress (the SDK then sends a progressToken).
 	const notes = [];
@@ -122,6 +145,22 @@ async function tenants() {
 	}, { onprogress: (n) => notes.push(n) });
 	check("progress notifications while a run prints", !refused(p) && p.result.structuredContent?.status === "success" && notes.length > 0 && notes.some((n) => /tick \d/.test(n.message ?? "")),
 		() => `${notes.length} notifications ${JSON.stringify(notes).slice(0, 300)}; result ${show(p)}`);
+
+	// a's live session id with b's token: the front routes by the token's
+	// tenant, whose server does not know that id. The SDK skips initialize
+	// when given a session id to resume.
+	const sid = c.a.transport.sessionId;
+	const hijack = new Client({ name: "sandpit-http-clients-test", version: "1.0.0" });
+	try {
+		await hijack.connect(new StreamableHTTPClientTransport(new URL("/mcp", base), { ...bearer(tokens.b), sessionId: sid }));
+		const r = await call(hijack, "read_file", { path: "secret-a.txt" });
+		check(`tenant b with a's session id is refused (HTTP ${r.error?.code})`, typeof sid === "string" && r.error instanceof StreamableHTTPError && [400, 404].includes(r.error.code),
+			() => `session ${sid}: ${show(r)} (code ${r.error?.code})`);
+	} finally {
+		await hijack.close();
+	}
+	const still = await call(c.a, "read_file", { path: "secret-a.txt" });
+	check("tenant a's session still works after that", !refused(still) && text(still.result).includes(secret.a), () => show(still));
 
 	for (const t of names) {
 		await c[t].transport.terminateSession();
