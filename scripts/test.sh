@@ -91,6 +91,10 @@ if [ -x scripts/inspector-test.sh ]; then
 	echo "== MCP Inspector (third-party client)"
 	scripts/inspector-test.sh "$sock"
 fi
+if [ -x scripts/http-clients-test.sh ]; then
+	echo "== MCP TypeScript SDK over HTTP (two tenants, one server)"
+	scripts/http-clients-test.sh "$sock"
+fi
 if [ "${SANDPIT_VM_TEST:-1}" = 0 ]; then
 	echo "== rootless VM test: SKIPPED (SANDPIT_VM_TEST=0)"
 else
