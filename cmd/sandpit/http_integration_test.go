@@ -27,15 +27,14 @@ import (
 // httpServer is a `sandpit serve --listen` of a test, on a loopback port
 // the kernel picked, with its own state and data dirs.
 type httpServer struct {
-	url       string // the MCP endpoint
-	base      string // scheme://host:port
-	data      string // --data-dir
-	state     string
-	instance  string
-	cmd       *exec.Cmd
-	stderr    *syncBuffer
-	exited    chan struct{}
-	keepAlive bool
+	url      string // the MCP endpoint
+	base     string // scheme://host:port
+	data     string // --data-dir
+	state    string
+	instance string
+	cmd      *exec.Cmd
+	stderr   *syncBuffer
+	exited   chan struct{}
 }
 
 // startHTTP starts sandpit serve --listen 127.0.0.1:0 with data (a
@@ -504,5 +503,61 @@ func TestHTTPTenantQuotas(t *testing.T) {
 	}
 	if len(reports) != 2 || reports[0].Name != "alice" || reports[0].CPUHourMS < 900 || reports[0].Runs < 2 || reports[0].TokenCreated.IsZero() || reports[1].Name != "bob" {
 		t.Errorf("sandpit tenants: %+v", reports)
+	}
+}
+
+// A client whose HTTP connection goes away mid-call cancels its run, as a
+// stdio client's EOF does: the sandbox is killed and the run recorded as
+// cancelled (issue 25).
+func TestHTTPDisconnectCancelsRun(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	tok := token(t, data, "alice")
+	srv := startHTTP(t, data, "--pool=0") // the run's is the only sandbox
+	st := lifecycleStore{addr: testenv.Containerd(t), state: srv.state}
+
+	post := func(ctx context.Context, session, body string) (*http.Response, error) {
+		req, _ := http.NewRequestWithContext(ctx, "POST", srv.url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+tok)
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+			req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+		}
+		return http.DefaultClient.Do(req)
+	}
+	resp, err := post(t.Context(), "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	session := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != 200 || session == "" {
+		t.Fatalf("initialize: %s, session %q", resp.Status, session)
+	}
+	if resp, err := post(t.Context(), session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); err == nil {
+		resp.Body.Close()
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		resp, err := post(ctx, session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_code","arguments":{"language":"python","code":"import time\nprint('started', flush=True)\ntime.sleep(60)","timeout_seconds":60}}}`)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body) // until the connection goes
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	waitRunning(t, st, srv.instance)
+	cancel() // the client goes away
+	<-done
+	if !testenv.Poll(testenv.Patience, func() bool { return liveTasks(t, st, srv.instance) == 0 }) {
+		t.Fatal("the run's sandbox still runs after its client disconnected")
+	}
+	c := httpClient(t, srv.url, tok)
+	if !testenv.Poll(testenv.Patience, func() bool {
+		return strings.Contains(text(call(t, c, "get_execution_history", map[string]any{})), "cancelled")
+	}) {
+		t.Errorf("the disconnected run is not recorded as cancelled: %s", text(call(t, c, "get_execution_history", map[string]any{})))
 	}
 }
