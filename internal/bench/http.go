@@ -23,6 +23,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandpit-dev/sandpit/internal/auth"
 )
@@ -137,22 +138,30 @@ type HTTPFlood struct {
 	Refused    int64   `json:"unauthorized"` // answered 401
 	// Other: any other status (the first in OtherStatus); Failed: no
 	// answer (the first error in FirstError).
-	Other       int64    `json:"other"`
-	OtherStatus string   `json:"other_status,omitempty"`
-	Failed      int64    `json:"failed"`
-	FirstError  string   `json:"first_error,omitempty"`
-	Quiet       Latency  `json:"quiet"`
-	Flooded     Latency  `json:"flooded"`
-	Ratio       *float64 `json:"ratio,omitempty"` // flooded p50 ÷ quiet p50
+	Other       int64  `json:"other"`
+	OtherStatus string `json:"other_status,omitempty"`
+	Failed      int64  `json:"failed"`
+	FirstError  string `json:"first_error,omitempty"`
+	// CPU during the flood: the server's (all of it: the refusals and
+	// the measured calls), that ÷ Sent, and this process's (the
+	// generator and the measuring client).
+	ServerCPUSeconds      float64  `json:"server_cpu_seconds"`
+	ServerCPUPerRequestUS float64  `json:"server_cpu_per_request_us"`
+	BenchCPUSeconds       float64  `json:"bench_cpu_seconds"`
+	Quiet                 Latency  `json:"quiet"`
+	Flooded               Latency  `json:"flooded"`
+	Ratio                 *float64 `json:"ratio,omitempty"` // flooded p50 ÷ quiet p50
 }
 
 // HTTPFair is tenant B's run_code alone against while tenant A runs
 // Clients clients flat out.
 type HTTPFair struct {
-	Clients    int      `json:"a_clients"`
-	ARuns      int      `json:"a_runs"`
-	AErrors    int      `json:"a_errors"`
-	ARunsPerS  float64  `json:"a_runs_per_sec"`
+	Clients   int     `json:"a_clients"`
+	ARuns     int     `json:"a_runs"`
+	AErrors   int     `json:"a_errors"`
+	ARunsPerS float64 `json:"a_runs_per_sec"`
+	// AP50MS is tenant A's own call latency meanwhile (its slot waits in).
+	AP50MS     float64  `json:"a_p50_ms"`
 	FirstError string   `json:"a_first_error,omitempty"`
 	Alone      Latency  `json:"b_alone"`
 	Loaded     Latency  `json:"b_loaded"`
@@ -555,6 +564,8 @@ func (b *suite) httpFair(ctx context.Context, connect connectFunc, code func() (
 		ok, nerr atomic.Int64
 		first    errOnce
 		elapsed  time.Duration
+		amu      sync.Mutex
+		adur     []time.Duration
 	)
 	load := func() func() {
 		lctx, cancel := context.WithCancel(ctx)
@@ -564,6 +575,7 @@ func (b *suite) httpFair(ctx context.Context, connect connectFunc, code func() (
 			run := c.run(code)
 			wg.Go(func() {
 				for lctx.Err() == nil {
+					t0 := time.Now()
 					err := run(lctx)
 					switch {
 					case lctx.Err() != nil: // cut by the stop: not counted
@@ -572,6 +584,9 @@ func (b *suite) httpFair(ctx context.Context, connect connectFunc, code func() (
 						first.set(err)
 					default:
 						ok.Add(1)
+						amu.Lock()
+						adur = append(adur, time.Since(t0))
+						amu.Unlock()
 					}
 				}
 			})
@@ -580,6 +595,7 @@ func (b *suite) httpFair(ctx context.Context, connect connectFunc, code func() (
 	}
 	out.Alone, out.Loaded = phases(ctx, "tenant B", bc.run(code), d, gap, time.Second, load)
 	out.ARuns, out.AErrors, out.FirstError = int(ok.Load()), int(nerr.Load()), first.String()
+	out.AP50MS = ms(Percentile(adur, 50))
 	if elapsed > 0 {
 		out.ARunsPerS = round3(float64(out.ARuns) / elapsed.Seconds())
 	}
@@ -599,9 +615,16 @@ func (b *suite) httpFlood(ctx context.Context, srv *httpServer, connect connectF
 	}
 	defer c.Close()
 	var f *flooder
+	var srvCPU, selfCPU time.Duration
 	load := func() func() {
+		s0, _ := procCPU(srv.pid())
+		b0 := selfCPUTime()
 		f = startFlood(ctx, srv.url, hc.FloodRate, hc.FloodConns)
-		return f.stop
+		return func() {
+			f.stop()
+			s1, _ := procCPU(srv.pid())
+			srvCPU, selfCPU = s1-s0, selfCPUTime()-b0
+		}
 	}
 	out.Quiet, out.Flooded = phases(ctx, "run_code", c.run(code), hc.LoadTime, gap, 500*time.Millisecond, load)
 	out.Seconds = round3(f.elapsed.Seconds())
@@ -609,6 +632,10 @@ func (b *suite) httpFlood(ctx context.Context, srv *httpServer, connect connectF
 	out.OtherStatus, out.FirstError = f.otherStatus.String(), f.firstErr.String()
 	if f.elapsed > 0 {
 		out.Rate = round3(float64(out.Sent) / f.elapsed.Seconds())
+	}
+	out.ServerCPUSeconds, out.BenchCPUSeconds = round3(srvCPU.Seconds()), round3(selfCPU.Seconds())
+	if out.Sent > 0 {
+		out.ServerCPUPerRequestUS = round3(float64(srvCPU.Microseconds()) / float64(out.Sent))
 	}
 	if out.Quiet.N > 0 && out.Flooded.N > 0 {
 		out.Ratio = ratio(out.Flooded.MedianMS, out.Quiet.MedianMS)
@@ -619,6 +646,8 @@ func (b *suite) httpFlood(ctx context.Context, srv *httpServer, connect connectF
 // flooder sends unauthenticated MCP requests at a fixed rate over a fixed
 // number of keep-alive connections.
 type flooder struct {
+	// sent counts requests answered or failed; one the stop cut is not
+	// counted.
 	sent, unauthorized, other, failed atomic.Int64
 	otherStatus, firstErr             errOnce
 	elapsed                           time.Duration
@@ -662,15 +691,16 @@ func startFlood(ctx context.Context, url string, rate, conns int) *flooder {
 				if k%2 == 1 { // half with no token, half with a wrong one
 					req.Header.Set("Authorization", fmt.Sprintf("Bearer sp_flood%016x", k))
 				}
-				f.sent.Add(1)
 				res, err := hc.Do(req)
 				if err != nil {
-					if ctx.Err() == nil {
+					if ctx.Err() == nil { // not one the stop cut
+						f.sent.Add(1)
 						f.failed.Add(1)
 						f.firstErr.set(err)
 					}
 					continue
 				}
+				f.sent.Add(1)
 				io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
 				res.Body.Close()
 				if res.StatusCode == http.StatusUnauthorized {
@@ -782,6 +812,13 @@ func (b *suite) httpIdle(ctx context.Context, srv *httpServer, connect connectFu
 	})
 	out.RSSClosedMiB = round3(settle())
 	return out
+}
+
+// selfCPUTime is this process's CPU time so far.
+func selfCPUTime() time.Duration {
+	var ru unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // forEach calls f(0..n-1) with at most par at once.
@@ -988,7 +1025,7 @@ func (h *HTTPReport) writeTable(bw *bufio.Writer, warmup int, gapMS int64) {
 	if f := h.Fair; f != nil {
 		fmt.Fprintf(bw, "\nhttp-fair: tenant B's run_code alone, then while tenant A runs %d clients flat out, then alone again (%d ms gap before each B call)\n", f.Clients, gapMS)
 		latencyRows(f.Alone, f.Loaded)
-		fmt.Fprintf(bw, "loaded ÷ alone p50: %s; tenant A meanwhile: %d runs, %d errors, %.2f runs/s\n", rat(f.Ratio), f.ARuns, f.AErrors, f.ARunsPerS)
+		fmt.Fprintf(bw, "loaded ÷ alone p50: %s; tenant A meanwhile: %d runs, %d errors, %.2f runs/s, p50 %.1f ms a call\n", rat(f.Ratio), f.ARuns, f.AErrors, f.ARunsPerS, f.AP50MS)
 		if f.FirstError != "" {
 			fmt.Fprintf(bw, "  tenant A's first error: %s\n", f.FirstError)
 		}
@@ -997,6 +1034,7 @@ func (h *HTTPReport) writeTable(bw *bufio.Writer, warmup int, gapMS int64) {
 		fmt.Fprintf(bw, "\nhttp-flood: run_code quiet, then while unauthenticated requests (no token or a wrong one) flood the server, then quiet again (%d ms gap before each call)\n", gapMS)
 		fmt.Fprintf(bw, "flood: target %d/s over %d keep-alive connections; sent %d in %.1f s (%.0f/s): %d answered 401, %d otherwise, %d unanswered\n",
 			f.TargetRate, f.Conns, f.Sent, f.Seconds, f.Rate, f.Refused, f.Other, f.Failed)
+		fmt.Fprintf(bw, "CPU during the flood: server %.1f s (%.0f µs a request), the bench (generator and client) %.1f s\n", f.ServerCPUSeconds, f.ServerCPUPerRequestUS, f.BenchCPUSeconds)
 		if f.OtherStatus != "" {
 			fmt.Fprintf(bw, "  first other answer: %s\n", f.OtherStatus)
 		}
