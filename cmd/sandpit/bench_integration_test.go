@@ -272,7 +272,7 @@ func TestBenchHTTP(t *testing.T) {
 
 func TestBenchHTTPTable(t *testing.T) {
 	out, _ := benchOutput(t, "--http", "--only", "http-latency", "--gap", "0")
-	for _, want := range []string{"$ sandpit bench --http", "load:", "server:", "run_code over stdio", "run_code over HTTP", "HTTP − stdio: p50", "nothing left behind"} {
+	for _, want := range []string{"$ sandpit bench", " --http ", "load:", "server:", "run_code over stdio", "run_code over HTTP", "HTTP − stdio: p50", "nothing left behind"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}

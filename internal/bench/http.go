@@ -110,7 +110,7 @@ type HTTPIdle struct {
 	FirstRefusal string `json:"first_refusal,omitempty"`
 	Errors       int    `json:"errors"`
 	FirstError   string `json:"first_error,omitempty"`
-	// Alive: sessions that answered a ping after all were open.
+	// Alive: sessions that answered tools/list after all were open.
 	Alive int `json:"alive"`
 	// Server RSS (MiB): before, with one session per tenant (the tenants
 	// built), with all open, and after they were closed.
@@ -780,8 +780,10 @@ func (b *suite) httpIdle(ctx context.Context, srv *httpServer, connect connectFu
 		}
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		if err := cs[i].Ping(pctx); err != nil {
-			first.set(fmt.Errorf("ping: %w", err))
+		// tools/list, not ping: mcp-go's Ping sends nothing on a modern
+		// connection, and this one asks the session for something real.
+		if _, err := cs[i].ListTools(pctx, mcpgo.ListToolsRequest{}); err != nil {
+			first.set(fmt.Errorf("tools/list: %w", cs[i].rec.explain(err)))
 			return
 		}
 		alive.Add(1)
@@ -989,7 +991,11 @@ func (s *httpServer) connect(ctx context.Context, token, version, self string) (
 // writeTable writes the HTTP bench's figures.
 func (h *HTTPReport) writeTable(bw *bufio.Writer, warmup int, gapMS int64) {
 	fmt.Fprintf(bw, "\nserver:  %s\n", h.Server)
-	fmt.Fprintf(bw, "clients: mcp-go Streamable HTTP, each on its own connection; protocol %s (idle sessions: %s)\n", or(h.Protocol, "-"), mcpgo.ProtocolVersion20251125)
+	fmt.Fprintf(bw, "clients: mcp-go Streamable HTTP, each on its own connection; protocol %s", or(h.Protocol, "-"))
+	if h.Idle != nil {
+		fmt.Fprintf(bw, " (idle sessions: %s, which has sessions)", mcpgo.ProtocolVersion20251125)
+	}
+	fmt.Fprintln(bw)
 	latencyRows := func(rows ...Latency) {
 		tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
 		w0 := len("name")
@@ -1046,7 +1052,7 @@ func (h *HTTPReport) writeTable(bw *bufio.Writer, warmup int, gapMS int64) {
 	}
 	if i := h.Idle; i != nil {
 		fmt.Fprintf(bw, "\nhttp-idle: %d initialized sessions held open over %d tenants\n", i.Sessions, i.Tenants)
-		fmt.Fprintf(bw, "%d opened, %d errors (%d refused 429 at first and tried again 5 s later), %d answered a ping with all open\n", i.Opened, i.Errors, i.Retried, i.Alive)
+		fmt.Fprintf(bw, "%d opened, %d errors (%d refused 429 at first and tried again 5 s later), %d answered tools/list with all open\n", i.Opened, i.Errors, i.Retried, i.Alive)
 		if i.FirstRefusal != "" {
 			fmt.Fprintf(bw, "  first 429: %s\n", i.FirstRefusal)
 		}

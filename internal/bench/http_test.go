@@ -143,7 +143,7 @@ func TestHTTPReportTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"run_code over HTTP", "HTTP − stdio: p50 +1.5 ms, p90 +3.2 ms", "50 clients × 20 calls", "999 ok, 1 errors", "first error: boom",
-		"loaded ÷ alone p50: 1.70", "target 10000/s over 64", "90000 answered 401", "1000 answered a ping", "30.0 KiB a session", "bound: 32 a tenant", "refused: 429", "nothing left behind"} {
+		"loaded ÷ alone p50: 1.70", "target 10000/s over 64", "90000 answered 401", "1000 answered tools/list", "30.0 KiB a session", "bound: 32 a tenant", "refused: 429", "nothing left behind"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
