@@ -23,7 +23,15 @@ func benchCommand() *cli.Command {
 interleaved in one run, and prints medians, p90, min/max and ratios against the
 host and against ` + "`runc run`" + ` of a bundle with sandpit's own isolation.
 Needs root and containerd; cleans up everything it created. Example:
-   sudo sandpit bench --n 30 --concurrency 1,8`,
+   sudo sandpit bench --n 30 --concurrency 1,8
+
+With --http it measures ` + "`sandpit serve --listen`" + ` instead, with real
+Streamable HTTP clients on loopback: warm run_code over HTTP against over
+stdio (http-latency), many clients at once (http-concurrent), one tenant
+while another runs flat out (http-fair), run_code under a flood of
+unauthenticated requests (http-flood), and the server's memory with many
+idle sessions open (http-idle); --only picks parts. Example:
+   sudo sandpit bench --http --n 30`,
 		Flags: append(containerdFlags(),
 			&cli.IntFlag{Name: "n", Value: 30, Usage: "measured rounds (each runs every comparator once)"},
 			&cli.IntFlag{Name: "warmup", Value: 3, Usage: "unmeasured rounds first"},
@@ -39,6 +47,14 @@ Needs root and containerd; cleans up everything it created. Example:
 			&cli.IntFlag{Name: "burst", Value: 20, Usage: "calls back to back, no gap, as an agent's burst (python; 0: none)"},
 			&cli.IntFlag{Name: "burst-rounds", Value: 3, Usage: "bursts per comparator"},
 			&cli.DurationFlag{Name: "burst-pause", Value: 3 * time.Second, Usage: "untimed pause before each burst"},
+			&cli.BoolFlag{Name: "http", Usage: "measure serve --listen (MCP over HTTP) instead: parts " + strings.Join(bench.HTTPParts, ", ") + " (--only picks some)"},
+			&cli.IntFlag{Name: "http-clients", Value: 50, Usage: "--http: clients at once in http-concurrent"},
+			&cli.IntFlag{Name: "http-calls", Value: 20, Usage: "--http: run_code calls each of those clients makes"},
+			&cli.IntFlag{Name: "http-idle", Value: 1000, Usage: "--http: initialized sessions held open in http-idle"},
+			&cli.IntFlag{Name: "flood-rate", Value: 10000, Usage: "--http: unauthenticated requests per second in http-flood"},
+			&cli.IntFlag{Name: "flood-connections", Value: 64, Usage: "--http: keep-alive connections the flood uses"},
+			&cli.DurationFlag{Name: "load-time", Value: 10 * time.Second, Usage: "--http: how long the flood (and tenant A's load in http-fair) lasts; the quiet phases before and after last as long"},
+			&cli.IntFlag{Name: "fair-clients", Value: 8, Usage: "--http: tenant A's clients running flat out in http-fair"},
 		),
 		Action: runBench,
 	}
@@ -76,7 +92,7 @@ func runBench(c *cli.Context) error {
 	if c.IsSet("instance") {
 		prefix = c.String("instance")
 	}
-	report, err := bench.Run(ctx, bench.SuiteConfig{
+	cfg := bench.SuiteConfig{
 		Runtime:     runtimeConfig(c, addr),
 		Dir:         filepath.Join(c.String("state-dir"), prefix),
 		Prefix:      prefix,
@@ -94,7 +110,23 @@ func runBench(c *cli.Context) error {
 		ServeArgs:   serveArgs,
 		Version:     version,
 		Command:     "sandpit " + strings.Join(os.Args[1:], " "),
-	})
+	}
+	var report *bench.Report
+	if c.Bool("http") {
+		report, err = bench.RunHTTP(ctx, bench.HTTPConfig{
+			Suite:       cfg,
+			Parts:       c.StringSlice("only"),
+			Clients:     c.Int("http-clients"),
+			Calls:       c.Int("http-calls"),
+			Idle:        c.Int("http-idle"),
+			FloodRate:   c.Int("flood-rate"),
+			FloodConns:  c.Int("flood-connections"),
+			LoadTime:    c.Duration("load-time"),
+			FairClients: c.Int("fair-clients"),
+		})
+	} else {
+		report, err = bench.Run(ctx, cfg)
+	}
 	if report != nil {
 		var werr error
 		if c.Bool("json") {

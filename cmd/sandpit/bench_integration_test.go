@@ -179,3 +179,107 @@ func TestParseInts(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchHTTP runs every part of `sandpit bench --http`, small, and
+// checks what each reports: every call answered and checked, every
+// unauthenticated request refused, every idle session open and alive, the
+// per-tenant cap refusing one more. Never how fast.
+func TestBenchHTTP(t *testing.T) {
+	out, stderr := benchOutput(t, "--http", "--json", "--gap", "0",
+		"--http-clients", "4", "--http-calls", "2", "--http-idle", "40",
+		"--flood-rate", "200", "--flood-connections", "4", "--load-time", "1s", "--fair-clients", "2")
+	var r bench.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("report is not JSON: %v\n%s\nstderr:\n%s", err, out, stderr)
+	}
+	h := r.HTTP
+	if h == nil {
+		t.Fatalf("no HTTP figures:\n%s", out)
+	}
+	if len(r.Latency) != 0 || len(r.Throughput) != 0 {
+		t.Errorf("--http ran the other bench too: %+v %+v", r.Latency, r.Throughput)
+	}
+	if len(r.Unavailable) != 0 {
+		t.Errorf("parts unavailable: %+v", r.Unavailable)
+	}
+	if !strings.Contains(h.Server, "--listen 127.0.0.1:0") || h.Protocol == "" {
+		t.Errorf("server %q, protocol %q", h.Server, h.Protocol)
+	}
+	clean := func(what string, l bench.Latency, n int) {
+		t.Helper()
+		if l.N < n || l.Errors != 0 {
+			t.Errorf("%s: n=%d errors=%d (%s), want at least %d clean calls", what, l.N, l.Errors, l.FirstError, n)
+		}
+		if l.N > 0 && !(0 < l.MinMS && l.MinMS <= l.MedianMS && l.MedianMS <= l.P90MS && l.P90MS <= l.MaxMS) {
+			t.Errorf("%s: min %v median %v p90 %v max %v out of order", what, l.MinMS, l.MedianMS, l.P90MS, l.MaxMS)
+		}
+	}
+
+	if len(h.Latency) != 2 || h.Latency[0].Name != "run_code over stdio" || h.Latency[1].Name != "run_code over HTTP" {
+		t.Fatalf("latency rows %+v", h.Latency)
+	}
+	for _, l := range h.Latency {
+		clean(l.Name, l, 2)
+	}
+	if h.HTTPMinusStdioP50MS == nil || h.HTTPMinusStdioP90MS == nil {
+		t.Error("no HTTP − stdio difference")
+	}
+
+	if c := h.Concurrent; c == nil {
+		t.Error("no http-concurrent")
+	} else if c.Clients != 4 || c.Calls != 2 || c.OK != 8 || c.Errors != 0 || !(0 < c.P50MS && c.P50MS <= c.P99MS && c.P99MS <= c.MaxMS) {
+		t.Errorf("http-concurrent %+v", c)
+	}
+
+	if f := h.Fair; f == nil {
+		t.Error("no http-fair")
+	} else {
+		clean("tenant B alone", f.Alone, 2) // one call before the load and one after, at least
+		clean("tenant B loaded", f.Loaded, 1)
+		if f.Clients != 2 || f.ARuns < 1 || f.AErrors != 0 || f.Ratio == nil {
+			t.Errorf("http-fair %+v", f)
+		}
+	}
+
+	if f := h.Flood; f == nil {
+		t.Error("no http-flood")
+	} else {
+		clean("run_code quiet", f.Quiet, 2)
+		clean("run_code flooded", f.Flooded, 1)
+		// Every unauthenticated request that was answered was refused.
+		if f.Sent < 1 || f.Other != 0 || f.Refused+f.Failed != f.Sent || f.Refused < 1 || f.Ratio == nil {
+			t.Errorf("http-flood %+v", f)
+		}
+	}
+
+	if i := h.Idle; i == nil {
+		t.Error("no http-idle")
+	} else {
+		if i.Sessions != 40 || i.Tenants != 2 || i.Opened != 40 || i.Errors != 0 || i.Alive != 40 {
+			t.Errorf("http-idle %+v", i)
+		}
+		if i.RSSBeforeMiB <= 0 || i.RSSTenantsMiB <= 0 || i.RSSOpenMiB <= 0 || i.RSSClosedMiB <= 0 {
+			t.Errorf("http-idle RSS %+v", i)
+		}
+		if !strings.HasPrefix(i.OneMore, "refused") || !strings.Contains(i.OneMore, "too_many_sessions") {
+			t.Errorf("one session beyond a full tenant: %q, want refused with too_many_sessions", i.OneMore)
+		}
+	}
+	if len(r.Leftovers) != 0 {
+		t.Errorf("left behind: %v", r.Leftovers)
+	}
+}
+
+func TestBenchHTTPTable(t *testing.T) {
+	out, _ := benchOutput(t, "--http", "--only", "http-latency", "--gap", "0")
+	for _, want := range []string{"$ sandpit bench", " --http ", "load:", "server:", "run_code over stdio", "run_code over HTTP", "HTTP − stdio: p50", "nothing left behind"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	for _, not := range []string{"http-concurrent", "http-fair", "http-flood", "http-idle"} {
+		if strings.Contains(out, not) {
+			t.Errorf("ran %s, beyond --only http-latency:\n%s", not, out)
+		}
+	}
+}

@@ -66,6 +66,9 @@ type Report struct {
 	BurstCalls  int           `json:"burst_calls,omitempty"`
 	Throughput  []Throughput  `json:"throughput,omitempty"`
 	Unavailable []Unavailable `json:"unavailable,omitempty"`
+	// HTTP is `sandpit bench --http`'s (http.go); the other figures are
+	// then absent.
+	HTTP *HTTPReport `json:"http,omitempty"`
 	// Leftovers lists what the run left behind; it is empty after a clean run.
 	Leftovers []string `json:"leftovers"`
 }
@@ -92,6 +95,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(bw, "note:    %s\n", n)
 	}
 
+	if r.HTTP != nil {
+		r.HTTP.writeTable(bw, r.Warmup, r.GapMS)
+	} else {
+		r.writeLatency(bw)
+	}
+	return r.writeTail(bw)
+}
+
+// writeLatency writes the latency, burst and throughput tables.
+func (r *Report) writeLatency(bw *bufio.Writer) {
 	fmt.Fprintf(bw, "\nlatency (interleaved rounds in shuffled order, %d warm-up rounds discarded, %d ms untimed gap before each run)\n", r.Warmup, r.GapMS)
 	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
 	w0 := len("name")
@@ -129,7 +142,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 		tw.Flush()
 	}
+}
 
+// writeTail writes the first errors, what was unavailable and what was
+// left behind.
+func (r *Report) writeTail(bw *bufio.Writer) error {
 	var failed []string
 	for _, l := range r.Latency {
 		if l.FirstError != "" {

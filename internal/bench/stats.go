@@ -41,3 +41,15 @@ func ratio(a, b float64) *float64 {
 	r := math.Round(a/b*100) / 100
 	return &r
 }
+
+// Percentile is the nearest-rank p-th percentile of d (0 < p <= 100), a
+// value that was actually observed; 0 for no samples.
+func Percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	rank := int(math.Ceil(p / 100 * float64(len(s))))
+	return s[min(max(rank, 1), len(s))-1]
+}
