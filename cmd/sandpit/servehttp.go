@@ -16,6 +16,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/auth"
 	"github.com/sandpit-dev/sandpit/internal/front"
 	"github.com/sandpit-dev/sandpit/internal/instance"
@@ -43,6 +44,8 @@ func httpFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "oauth-introspection-ttl", Value: auth.DefaultIntrospectionTTL, Usage: "how long an introspection answer is believed"},
 		&cli.DurationFlag{Name: "http-session-idle", Value: front.DefaultSessionIdle, Usage: "forget an HTTP client's MCP session idle this long"},
 		&cli.IntFlag{Name: "max-connections", Value: 256, Usage: "open HTTP connections at once"},
+		&cli.IntFlag{Name: "tenant-max-http-sessions", Value: 32, Usage: "live MCP sessions over HTTP (Streamable HTTP sessions and legacy SSE streams) one tenant may hold"},
+		&cli.IntFlag{Name: "tenant-max-streams", Value: 32, Usage: "HTTP requests one tenant may have in flight at once (calls, open streams)"},
 	}
 }
 
@@ -96,8 +99,12 @@ func serveHTTP(c *cli.Context, rt *runtime.Runtime, in *instance.Instance, base 
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
+	// The host as given (0.0.0.0 stays 0.0.0.0), the port as bound (for
+	// port 0).
+	host, _, _ := net.SplitHostPort(c.String("listen"))
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	fc := front.Config{
-		Addr:           ln.Addr().String(),
+		Addr:           net.JoinHostPort(host, port),
 		TLSCert:        c.String("tls-cert"),
 		TLSKey:         c.String("tls-key"),
 		InsecureHTTP:   c.Bool("insecure-http"),
@@ -108,8 +115,10 @@ func serveHTTP(c *cli.Context, rt *runtime.Runtime, in *instance.Instance, base 
 		Tenants:        ts,
 		SessionIdle:    c.Duration("http-session-idle"),
 		Limits: front.Limits{
-			MaxBodyBytes: int64(c.Int("max-message-mb")) << 20,
-			MaxConns:     c.Int("max-connections"),
+			MaxBodyBytes:         int64(c.Int("max-message-mb")) << 20,
+			MaxConns:             c.Int("max-connections"),
+			MaxSessionsPerTenant: c.Int("tenant-max-http-sessions"),
+			MaxStreamsPerTenant:  c.Int("tenant-max-streams"),
 		},
 		Logger: slog.Default(),
 	}
@@ -125,6 +134,12 @@ func serveHTTP(c *cli.Context, rt *runtime.Runtime, in *instance.Instance, base 
 	f, err := front.New(fc)
 	if err != nil {
 		ln.Close()
+		if errors.Is(err, sandpit.ErrInvalidArgument) {
+			// The front knows no flag names: say which flags do what it asks.
+			h := sandpit.HintOf(err)
+			return sandpit.WithHint(err, strings.TrimPrefix(h+"; ", "; ")+
+				"serve's flags: --tls-cert and --tls-key for TLS; --insecure-http when a proxy in front terminates TLS; --public-url URL when --listen names no host clients use; --insecure-no-auth only on a loopback --listen")
+		}
 		return err
 	}
 	if !fc.InsecureNoAuth {

@@ -720,3 +720,37 @@ func TestNoAuthLoopback(t *testing.T) {
 		t.Errorf("tenant %q, want %q", got, NoAuthTenant)
 	}
 }
+
+// An initialize whose session id was made counts once, not twice, while
+// its handler returns: a concurrent initialize below the cap is not
+// refused (found by sandpit bench --http: "31 live sessions (the limit
+// 32)").
+func TestSessionReservationBecomesSession(t *testing.T) {
+	f := &Front{cfg: Config{Limits: Limits{MaxSessionsPerTenant: 2}}, tenants: map[string]*tenant{}}
+	tn := f.tenantFor("alice")
+	r1, ok := tn.reserveSession()
+	if !ok {
+		t.Fatal("first reservation refused")
+	}
+	tn.ids.Generate() // the first initialize made its session, and has not returned
+	r2, ok := tn.reserveSession()
+	if !ok {
+		t.Fatalf("second initialize refused with 1 session live (reserved %d, consumed %d)", tn.reserved, tn.consumed)
+	}
+	tn.ids.Generate()
+	r1()
+	r2()
+	r1() // idempotent
+	if tn.reserved != 0 || tn.consumed != 0 || tn.liveSessions() != 2 {
+		t.Fatalf("after both returned: reserved %d consumed %d live %d", tn.reserved, tn.consumed, tn.liveSessions())
+	}
+	if _, ok := tn.reserveSession(); ok {
+		t.Fatal("a third session past the cap of 2")
+	}
+	// A reservation that never became a session (initialize failed) ends.
+	id := tn.ids.Generate()
+	tn.ids.Terminate(id)
+	if tn.liveSessions() != 2 {
+		t.Fatalf("live %d", tn.liveSessions())
+	}
+}

@@ -27,6 +27,7 @@ type tenant struct {
 
 	sessMu   sync.Mutex
 	reserved int // sessions being created (an initialize or /sse in flight)
+	consumed int // reservations already counted as live (ids.Generate ran)
 	sseOpen  int // open legacy SSE streams
 	ids      *sessionIDs
 	sse      sync.Map // legacy SSE session id -> *sseConn
@@ -50,6 +51,19 @@ func (f *Front) tenantFor(name string) *tenant {
 			f:       f,
 			streams: make(chan struct{}, f.cfg.Limits.MaxStreamsPerTenant),
 			ids:     &sessionIDs{live: map[string]struct{}{}},
+		}
+		// A new id turns an initialize's reservation into a live session
+		// at once, under the lock the cap is checked under: otherwise both
+		// count until the initialize returns, and a concurrent initialize
+		// is refused below the cap.
+		t.ids.admit = func(add func()) {
+			t.sessMu.Lock()
+			defer t.sessMu.Unlock()
+			add()
+			if t.reserved > 0 {
+				t.reserved--
+				t.consumed++
+			}
 		}
 		f.tenants[name] = t
 	}
@@ -147,7 +161,13 @@ func (t *tenant) reserveSession() (release func(), ok bool) {
 	t.reserved++
 	return sync.OnceFunc(func() {
 		t.sessMu.Lock()
-		t.reserved--
+		// One reservation ends: one that became a session (any one: they
+		// are alike), or else this one.
+		if t.consumed > 0 {
+			t.consumed--
+		} else {
+			t.reserved--
+		}
 		t.sessMu.Unlock()
 	}), true
 }
@@ -167,15 +187,25 @@ func (t *tenant) liveSessions() int {
 type sessionIDs struct {
 	mu   sync.Mutex
 	live map[string]struct{}
+	// admit, when set, runs add (which records a new id) under the
+	// tenant's session accounting.
+	admit func(add func())
 }
 
 var errUnknownSession = errors.New("unknown session")
 
 func (s *sessionIDs) Generate() string {
 	id := "mcp-session-" + rand.Text() // 128 random bits
-	s.mu.Lock()
-	s.live[id] = struct{}{}
-	s.mu.Unlock()
+	add := func() {
+		s.mu.Lock()
+		s.live[id] = struct{}{}
+		s.mu.Unlock()
+	}
+	if s.admit != nil {
+		s.admit(add)
+	} else {
+		add()
+	}
 	return id
 }
 
