@@ -376,6 +376,7 @@ func (d PrivateDaemon) Stop(ctx context.Context) error {
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
 		if !isContainerd(pid) { // gone (or a zombie)
 			os.Remove(filepath.Join(d.Dir, "containerd.pid"))
+			d.releaseState()
 			return nil
 		}
 		select {
@@ -386,5 +387,18 @@ func (d PrivateDaemon) Stop(ctx context.Context) error {
 	}
 	syscall.Kill(pid, syscall.SIGKILL)
 	os.Remove(filepath.Join(d.Dir, "containerd.pid"))
+	for deadline := time.Now().Add(5 * time.Second); isContainerd(pid) && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	d.releaseState()
 	return nil
+}
+
+// releaseState unmounts the state tmpfs Start mounted, when the stopped
+// daemon left nothing in it.
+func (d PrivateDaemon) releaseState() {
+	log := slog.Default()
+	if _, err := ReleaseStateTmpfs(d.StateDir(), log); err != nil {
+		log.Warn("the private containerd's state tmpfs stays mounted", "dir", d.StateDir(), "err", err)
+	}
 }

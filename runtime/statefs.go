@@ -197,3 +197,51 @@ func overlaps(a, b string) bool {
 	under := func(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") || dir == "/" }
 	return under(a, b) || under(b, a)
 }
+
+// ReleaseStateTmpfs unmounts the tmpfs StateOnTmpfs put on dir, once the
+// containerd that kept its state there stopped: a stopped private
+// containerd leaves no mount behind. It leaves it when anything but empty
+// dirs is there (a shim that outlived its daemon keeps its state there, and
+// the next daemon's janitor needs it), when a containerd still uses it, or
+// when it is no tmpfs of ours (not a tmpfs mount point under /run).
+func ReleaseStateTmpfs(dir string, log *slog.Logger) (bool, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return false, err
+	}
+	if !underRun(abs) || host.IsRootless() {
+		return false, nil
+	}
+	f, err := os.Open(abs)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		return false, fmt.Errorf("lock %s: %w", abs, err)
+	}
+	if mp, err := host.IsMountPoint(abs); err != nil || !mp {
+		return false, err
+	}
+	if onTmpfs, err := host.OnTmpfs(abs); err != nil || !onTmpfs {
+		return false, err
+	}
+	if empty, err := onlyDirs(abs); err != nil || !empty {
+		return false, err
+	}
+	if pids := ContainerdsUsing(abs); len(pids) > 0 {
+		return false, nil
+	}
+	// Our descriptor is on the tmpfs: it would keep it busy. (A daemon
+	// started between here and the unmount keeps its state on the disk
+	// below: slower, not wrong.)
+	f.Close()
+	if err := unix.Unmount(abs, 0); err != nil {
+		return false, fmt.Errorf("unmount the state tmpfs %s: %w", abs, err)
+	}
+	log.Info("unmounted the state dir's tmpfs", "dir", abs)
+	return true, nil
+}

@@ -211,3 +211,50 @@ func TestOverlaps(t *testing.T) {
 		}
 	}
 }
+
+// A state tmpfs goes when its daemon stopped and left only dirs; with a
+// file in it (a shim that outlived its daemon) it stays, as does a dir that
+// is no tmpfs mount of its own.
+func TestReleaseStateTmpfs(t *testing.T) {
+	run := testenv.RunOnDisk(t)
+	log := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		name    string
+		mount   bool
+		prepare func(t *testing.T, dir string)
+		want    bool
+	}{
+		{"empty dirs after a clean stop", true, func(t *testing.T, dir string) {
+			mkdir(t, filepath.Join(dir, "io.containerd.runtime.v2.task", "sandpit"))
+		}, true},
+		{"a shim's file", true, func(t *testing.T, dir string) {
+			mkdir(t, filepath.Join(dir, "task"))
+			if err := os.WriteFile(filepath.Join(dir, "task", "shim.pid"), []byte("1"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"no tmpfs there", false, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(run, strings.ReplaceAll(tc.name, " ", "-"), "state")
+			if tc.mount {
+				if ok, err := StateOnTmpfs(dir, log); !ok || err != nil {
+					t.Fatalf("StateOnTmpfs: %v %v", ok, err)
+				}
+			} else {
+				mkdir(t, dir)
+			}
+			if tc.prepare != nil {
+				tc.prepare(t, dir)
+			}
+			got, err := ReleaseStateTmpfs(dir, log)
+			if err != nil || got != tc.want {
+				t.Fatalf("ReleaseStateTmpfs = %v, %v; want %v", got, err, tc.want)
+			}
+			mp, _ := host.IsMountPoint(dir)
+			if mp != (tc.mount && !tc.want) {
+				t.Fatalf("mounted after: %v", mp)
+			}
+		})
+	}
+}
