@@ -94,6 +94,10 @@ if [ "$want_go" -eq 1 ]; then
 	need gcc gcc
 	# The test command's live neighbour (scripts/neighbour.py).
 	need python3 python3
+	# The test command's third-party clients (the MCP Inspector, the
+	# TypeScript SDK, mcp-remote: scripts/inspector-test.sh,
+	# scripts/http-clients-test.sh).
+	need npm npm
 	[ "$rootless" -eq 1 ] || need_file /usr/include/seccomp.h libseccomp-dev
 fi
 need_file /usr/share/keyrings/debian-archive-keyring.gpg debian-archive-keyring
