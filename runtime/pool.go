@@ -148,10 +148,16 @@ func (r *Runtime) startPools() {
 // the very run that claimed one — except under a burst: a request that
 // finds no started sandbox doubles the target and refills at once, since
 // the next requests are already coming.
-func (p *pool) claim() *warm {
+//
+// With yield, the claimer leaves the last started sandbox to another
+// tenant (tenantshare.go): it takes a parked one or none.
+func (p *pool) claim(yield bool) *warm {
 	p.mu.Lock()
 	p.lastUse = time.Now()
-	w := p.pop(&p.ready)
+	var w *warm
+	if !yield || len(p.ready) > 1 {
+		w = p.pop(&p.ready)
+	}
 	miss := w == nil
 	if miss {
 		w = p.pop(&p.parked)

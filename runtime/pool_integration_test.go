@@ -214,3 +214,40 @@ func TestPoolStartsTheInterpreterAhead(t *testing.T) {
 		t.Errorf("the idle pooled sandbox runs %v: no interpreter waiting for the request", comms)
 	}
 }
+
+// A tenant with a run in flight leaves the last started sandbox to another
+// tenant that ran lately: its second run goes without (a miss), and the
+// other tenant's next run claims it (issue 25: one tenant running flat out
+// must not make every other tenant pay cold starts).
+func TestPoolLastSandboxLeftToOtherTenant(t *testing.T) {
+	r := newRuntime(t, func(c *runtime.Config) { c.Pool = runtime.PoolConfig{Size: 2, IdleTimeout: time.Minute} })
+	a, b := r.ForTenant("a"), r.ForTenant("b")
+	run := func(tn *runtime.Tenant, code string) {
+		t.Helper()
+		res, err := tn.Run(t.Context(), sandpit.Request{Language: "bash", Code: code, Timeout: time.Minute})
+		if err != nil || res.Status != sandpit.StatusSuccess {
+			t.Fatalf("run %q: %v %+v", code, err, res)
+		}
+	}
+	waitReady(t, r, "bash", 2)
+	run(b, "echo b") // b is active
+	waitReady(t, r, "bash", 2)
+	long := make(chan struct{})
+	go func() {
+		defer close(long)
+		run(a, "sleep 5")
+	}()
+	waitPool(t, r, "bash", "a's long run claimed one", func(st runtime.PoolStats) bool { return st.Ready == 1 })
+	before := r.PoolStats()["bash"]
+	run(a, "echo a2") // a has a run in flight: the last ready one is b's
+	after := r.PoolStats()["bash"]
+	if after.Claimed != before.Claimed || after.Misses != before.Misses+1 {
+		t.Fatalf("a's second run: claimed %d→%d, misses %d→%d; want no claim and one miss", before.Claimed, after.Claimed, before.Misses, after.Misses)
+	}
+	before = after
+	run(b, "echo b2")
+	if after := r.PoolStats()["bash"]; after.Claimed != before.Claimed+1 {
+		t.Fatalf("b's run beside busy a: claimed %d→%d, want a warm one", before.Claimed, after.Claimed)
+	}
+	<-long
+}

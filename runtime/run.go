@@ -87,7 +87,9 @@ func (r *Runtime) Run(ctx context.Context, req sandpit.Request) (*sandpit.Result
 	}
 	var out *stepOutput
 	ran := false
-	if w := r.claimWarm(lang); w != nil {
+	yield := r.tenants.begin(req.Tenant, time.Now())
+	defer r.tenants.end(req.Tenant)
+	if w := r.claimWarm(lang, yield); w != nil {
 		out, err = r.runWarm(ctx, w, lang, req, view, deadline)
 		r.log.Debug("warm run", "id", id, "view_open", tOpen, "run", time.Since(started))
 		if view != nil {
@@ -138,13 +140,14 @@ func (r *Runtime) Run(ctx context.Context, req sandpit.Request) (*sandpit.Result
 	return res, nil
 }
 
-// claimWarm returns a pooled sandbox for lang, or nil to run cold.
-func (r *Runtime) claimWarm(lang *LanguageSpec) *warm {
+// claimWarm returns a pooled sandbox for lang, or nil to run cold; yield
+// leaves the last started one to another tenant.
+func (r *Runtime) claimWarm(lang *LanguageSpec, yield bool) *warm {
 	p := r.pooled[lang.Name]
 	if p == nil {
 		return nil
 	}
-	return p.claim()
+	return p.claim(yield)
 }
 
 // runCold creates the run's sandboxes on the request path.

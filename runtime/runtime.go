@@ -157,6 +157,8 @@ type Runtime struct {
 	log   *slog.Logger
 	langs map[string]*LanguageSpec
 
+	tenants tenantActivity // who shares the warm pool (tenantshare.go)
+
 	// dialMu serialises dialling and the first sweep; it is never taken
 	// with mu held, and mu is never held across containerd calls.
 	dialMu    sync.Mutex

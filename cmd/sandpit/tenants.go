@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"sync"
 	"time"
 
@@ -24,7 +25,7 @@ import (
 // tenantFlags are serve's per-tenant bounds, for an HTTP server.
 func tenantFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.IntFlag{Name: "tenant-max-concurrent", Value: 4, Usage: "runs one tenant may have in flight at once (more wait their turn; --concurrency bounds all tenants together)"},
+		&cli.IntFlag{Name: "tenant-max-concurrent", Value: max(2, goruntime.NumCPU()/2), Usage: "runs one tenant may have in flight at once (more wait their turn; --concurrency bounds all tenants together); default half the CPUs, at least 2: more from one tenant only queues them in the CPU, where every other tenant's runs wait too"},
 		&cli.IntFlag{Name: "tenant-max-sessions", Value: 2, Usage: "sessions one tenant may hold open (--max-sessions bounds all tenants together)"},
 		&cli.StringFlag{Name: "tenant-workspace-max-size", Value: "1GiB", Usage: "largest one tenant's workspace may grow (apparent bytes)"},
 		&cli.DurationFlag{Name: "tenant-cpu-per-hour", Value: time.Hour, Usage: "CPU time one tenant's runs may use in any hour (0: no limit); past it runs are refused until part of it frees"},

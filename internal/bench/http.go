@@ -266,7 +266,7 @@ func (b *suite) runHTTP(ctx context.Context, hc HTTPConfig, want func(string) bo
 		conns += hc.Idle + 1
 	}
 	extra := []string{"--pool=2", fmt.Sprintf("--max-connections=%d", conns), fmt.Sprintf("--max-tenants=%d", len(names)+8)}
-	hr.Server = "sandpit serve --listen 127.0.0.1:0 " + strings.Join(extra, " ") + " (other limits at their defaults: --concurrency 16, --tenant-max-concurrent 4)"
+	hr.Server = "sandpit serve --listen 127.0.0.1:0 " + strings.Join(extra, " ") + " (other limits at their defaults: --concurrency 16, --tenant-max-concurrent half the CPUs, at least 2)"
 	srv, err := b.startHTTP(ctx, "sandpit-http", data, extra)
 	if err != nil {
 		return err
