@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/server"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/auth"
@@ -100,6 +101,10 @@ type Limits struct {
 	// without being read whole. Default mcp.DefaultMaxMessageBytes (24 MiB,
 	// the stdio transport's bound).
 	MaxBodyBytes int64
+	// MaxBodyBytesInFlight bounds the request bodies held at once, over
+	// every connection and tenant (a body without Content-Length counts as
+	// MaxBodyBytes); a request past it is answered 503. Default 256 MiB.
+	MaxBodyBytesInFlight int64
 	// MaxHeaderBytes bounds the request line and headers. Default 64 KiB.
 	MaxHeaderBytes int
 	// MaxConns bounds open connections; one more is answered 503 (plain
@@ -132,6 +137,9 @@ type Limits struct {
 func (l *Limits) defaults() {
 	if l.MaxBodyBytes <= 0 {
 		l.MaxBodyBytes = mcp.DefaultMaxMessageBytes
+	}
+	if l.MaxBodyBytesInFlight <= 0 {
+		l.MaxBodyBytesInFlight = 256 << 20
 	}
 	if l.MaxHeaderBytes <= 0 {
 		l.MaxHeaderBytes = 64 << 10
@@ -186,6 +194,9 @@ type Front struct {
 	base   context.Context
 	cancel context.CancelFunc
 
+	// bodies is the budget of request body bytes held at once.
+	bodies *semaphore.Weighted
+
 	mu      sync.Mutex
 	tenants map[string]*tenant
 }
@@ -211,7 +222,8 @@ func New(cfg Config) (*Front, error) {
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 		return nil, fmt.Errorf("listen address %q: bad port: %w", cfg.Addr, sandpit.ErrInvalidArgument)
 	}
-	f := &Front{cfg: cfg, log: cfg.Logger, loopback: isLoopback(host), tenants: map[string]*tenant{}}
+	f := &Front{cfg: cfg, log: cfg.Logger, loopback: isLoopback(host), tenants: map[string]*tenant{},
+		bodies: semaphore.NewWeighted(max(cfg.Limits.MaxBodyBytesInFlight, cfg.Limits.MaxBodyBytes))}
 	useTLS := cfg.TLSCert != "" || cfg.TLSKey != ""
 	if useTLS {
 		if cfg.TLSCert == "" || cfg.TLSKey == "" {

@@ -754,3 +754,27 @@ func TestSessionReservationBecomesSession(t *testing.T) {
 		t.Fatalf("live %d", tn.liveSessions())
 	}
 }
+
+// Bodies held at once are bounded over all connections: while one client
+// trickles a body that takes the whole budget, another's is refused 503 at
+// once (not read); once the first is gone, bodies are read again.
+func TestBodiesInFlightBounded(t *testing.T) {
+	rn := start(t, func(c *Config) {
+		c.Limits.MaxBodyBytes = 64 << 10
+		c.Limits.MaxBodyBytesInFlight = 64 << 10
+	})
+	slow := rawConn(t, rn)
+	fmt.Fprintf(slow, "POST /mcp HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer tok-alice\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", rn.addr, 60<<10)
+	ping := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
+	post := func() int {
+		req, _ := http.NewRequest(http.MethodPost, rn.url+"/mcp", strings.NewReader(ping+strings.Repeat(" ", 8<<10)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer tok-bob")
+		resp, _ := do(t, req)
+		return resp.StatusCode
+	}
+	testenv.Eventually(t, "the trickled body holds the budget", func() bool { return post() == http.StatusServiceUnavailable })
+	slow.Close()
+	testenv.Eventually(t, "the budget frees when that client goes", func() bool { return post() == 200 })
+}

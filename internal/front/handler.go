@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
@@ -79,10 +80,11 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	var msg message
 	if r.Method == http.MethodPost {
-		body, ok := f.readBody(w, r)
+		body, release, ok := f.readBody(w, r)
 		if !ok {
 			return
 		}
+		defer release()
 		m, batch, ok := peek(body)
 		switch {
 		case !ok:
@@ -242,12 +244,30 @@ func (f *Front) authenticate(w http.ResponseWriter, r *http.Request) (auth.Princ
 // readBody reads r's body whole, bounded in bytes (413 past
 // MaxBodyBytes, without reading the rest) and time (BodyTimeout, a
 // deadline armed for the body alone).
-func (f *Front) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+func (f *Front) readBody(w http.ResponseWriter, r *http.Request) (_ []byte, release func(), ok bool) {
 	max := f.cfg.Limits.MaxBodyBytes
 	if r.ContentLength > max {
 		f.tooLarge(w, r)
-		return nil, false
+		return nil, nil, false
 	}
+	// Bodies held at once, over all connections and tenants, are bounded
+	// too: a body without a length is counted at the most it may be.
+	want := r.ContentLength
+	if want < 0 {
+		want = max
+	}
+	if !f.bodies.TryAcquire(want) {
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Connection", "close")
+		plainError(w, http.StatusServiceUnavailable, "busy", "the server is holding as many request bodies as it may: try again")
+		return nil, nil, false
+	}
+	held := sync.OnceFunc(func() { f.bodies.Release(want) })
+	defer func() {
+		if !ok {
+			held()
+		}
+	}()
 	rc := http.NewResponseController(w)
 	deadline := rc.SetReadDeadline(time.Now().Add(f.cfg.Limits.BodyTimeout)) == nil
 	n := r.ContentLength
@@ -265,11 +285,11 @@ func (f *Front) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 		} else {
 			plainError(w, http.StatusBadRequest, "bad request", "reading the body failed")
 		}
-		return nil, false
+		return nil, nil, false
 	}
 	if int64(buf.Len()) > max {
 		f.tooLarge(w, r)
-		return nil, false
+		return nil, nil, false
 	}
 	if deadline {
 		// Disarm before handing on: a deadline left armed fires in
@@ -277,7 +297,7 @@ func (f *Front) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 		// the request's context, cutting a long call.
 		rc.SetReadDeadline(time.Time{})
 	}
-	return buf.Bytes(), true
+	return buf.Bytes(), held, true
 }
 
 func (f *Front) tooLarge(w http.ResponseWriter, r *http.Request) {
