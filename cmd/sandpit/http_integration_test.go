@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -559,5 +560,28 @@ func TestHTTPDisconnectCancelsRun(t *testing.T) {
 		return strings.Contains(text(call(t, c, "get_execution_history", map[string]any{})), "cancelled")
 	}) {
 		t.Errorf("the disconnected run is not recorded as cancelled: %s", text(call(t, c, "get_execution_history", map[string]any{})))
+	}
+}
+
+// A stdio server given --data-dir keeps its workspace, snapshots and
+// history there (the stores' own flags still win), and refuses the HTTP
+// flags without --listen.
+func TestStdioDataDir(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	c := startServer(t, nil, "--address", testenv.Containerd(t), "--no-start", "--build-images=false",
+		"--instance", testenv.Instance(t), "--state-dir", filepath.Join(dir, "state"), "--data-dir", data)
+	if r := call(t, c, "write_file", map[string]any{"path": "here.txt", "content": "x"}); r.IsError {
+		t.Fatal(text(r))
+	}
+	runResult(t, call(t, c, "run_code", map[string]any{"language": "bash", "code": "echo hi"}))
+	for _, p := range []string{"workspace/here.txt", "history.db", "snapshots"} {
+		if _, err := os.Stat(filepath.Join(data, p)); err != nil {
+			t.Errorf("--data-dir: %s: %v", p, err)
+		}
+	}
+	out, err := exec.Command(binPath, "serve", "--tls-cert", "x.pem").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--tls-cert needs --listen") {
+		t.Errorf("serve --tls-cert without --listen: %v %s", err, out)
 	}
 }
