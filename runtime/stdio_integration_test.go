@@ -52,6 +52,10 @@ func TestStdioIntegrity(t *testing.T) {
 					return
 				}
 				req, check := stdioCase(i)
+				// What is checked is every byte, not the time: the
+				// default 10 s bets on the host (at load 26 eight runs
+				// timed out).
+				req.Timeout = 2 * time.Minute
 				res, err := r.Run(t.Context(), req)
 				msg := ""
 				switch {
