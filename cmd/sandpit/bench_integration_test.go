@@ -104,7 +104,16 @@ func TestBenchJSON(t *testing.T) {
 			noHost[group] = true
 		}
 	}
+	// ctr-run is containerd's own ctr over its stdio FIFOs, which come
+	// back empty in 1-3 % of runs (RUNTIME-NOTES): the bench counts that as
+	// an error of ctr's, as it should; it must still run. Every comparator
+	// of sandpit's, and the host's, must be clean.
+	flaky := func(name string) bool { return name == "ctr-run" }
 	for _, l := range r.Latency {
+		if flaky(l.Name) && l.Errors > 0 && l.N >= 1 && l.N+l.Errors == 2 {
+			t.Logf("%s/%s: %d of 2 runs failed (%s): containerd's FIFO defect, reported by the bench", l.Group, l.Name, l.Errors, l.FirstError)
+			continue
+		}
 		if l.Errors > 0 || l.N != 2 {
 			t.Errorf("%s/%s: n=%d errors=%d (%s), want 2 clean runs", l.Group, l.Name, l.N, l.Errors, l.FirstError)
 			continue
@@ -128,8 +137,12 @@ func TestBenchJSON(t *testing.T) {
 		t.Fatal("no throughput with --concurrency 1,2")
 	}
 	for _, tp := range r.Throughput {
-		if tp.Group != "python" || tp.Concurrency != 2 || tp.Errors != 0 || tp.Runs != 8 || tp.RunsPerSec <= 0 || tp.VsRunc == nil {
+		errorsOK := tp.Errors == 0 || flaky(tp.Name) && tp.Errors < tp.Runs+tp.Errors && strings.Contains(tp.FirstError, "unexpected output")
+		if tp.Group != "python" || tp.Concurrency != 2 || !errorsOK || tp.Runs+tp.Errors != 8 || tp.RunsPerSec <= 0 || tp.VsRunc == nil {
 			t.Errorf("throughput %+v", tp)
+		}
+		if tp.Errors > 0 {
+			t.Logf("%s: %d of 8 runs failed (%s): containerd's FIFO defect, reported by the bench", tp.Name, tp.Errors, tp.FirstError)
 		}
 	}
 
