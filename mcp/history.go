@@ -52,6 +52,10 @@ func (o *observedRunner) Run(ctx context.Context, req sandpit.Request) (*sandpit
 	if err != nil || res == nil || o.history == nil {
 		return res, err
 	}
+	rec := historyRun(req, res)
+	if res.Status == sandpit.StatusCancelled && errors.Is(context.Cause(ctx), ErrCancelledByPerson) {
+		rec.CancelledBy = "person"
+	}
 	// Recording is synchronous so that get_execution_history right after
 	// run_code shows the run. It costs a median 0.1-1.4 ms (BenchmarkRecord;
 	// get_sandbox_metrics reports it live) against runs of hundreds of ms. A
@@ -60,7 +64,7 @@ func (o *observedRunner) Run(ctx context.Context, req sandpit.Request) (*sandpit
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
 	t := time.Now()
-	rerr := o.history.Record(rctx, historyRun(req, res))
+	rerr := o.history.Record(rctx, rec)
 	o.metrics.recorded(time.Since(t), rerr)
 	if rerr != nil {
 		o.log.Warn("recording run in history failed; the run itself is unaffected", "run", res.ID, "err", rerr)
@@ -99,6 +103,7 @@ func historyRun(req sandpit.Request, res *sandpit.Result) history.Run {
 		StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes,
 		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
 		StdoutHead: res.Stdout, StderrHead: res.Stderr, // the store keeps the first KiB
+		Stdout: res.Stdout, Stderr: res.Stderr, // and, for the newest runs, more
 	}
 	if f := res.Files; f != nil && len(f.Created)+len(f.Modified)+len(f.Deleted) > 0 {
 		r.Files, _ = json.Marshal(f)

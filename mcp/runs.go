@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -79,7 +81,7 @@ type liveRun struct {
 	started    time.Time
 	background bool
 	ctx        context.Context // the run's: done once it is told to stop
-	cancel     context.CancelFunc
+	cancel     context.CancelCauseFunc
 	done       chan struct{}
 	stopped    atomic.Int64 // when ctx ended, in Unix nanoseconds; 0 while it runs
 
@@ -172,7 +174,7 @@ func newRunID() string {
 // live output. A call already cancelled starts no run: a call that came
 // after the cancellation may have looked for runs to wait for already
 // (settle), and would not see this one.
-func (rs *Runs) start(ctx context.Context, req *sandpit.Request, background bool, cancel context.CancelFunc) (*liveRun, error) {
+func (rs *Runs) start(ctx context.Context, req *sandpit.Request, background bool, cancel context.CancelCauseFunc) (*liveRun, error) {
 	req.ID = newRunID()
 	l := &liveRun{id: req.ID, req: *req, started: time.Now(), background: background, ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	l.req.Output, l.req.Workspace = nil, nil
@@ -269,8 +271,8 @@ func (rs *Runs) get(id string) *liveRun {
 // runForeground runs req as a call's run: in flight under the call's
 // context, which the client's notifications/cancelled or cancel_run ends.
 func (rs *Runs) runForeground(ctx context.Context, r Runner, req sandpit.Request, progress func(*liveRun) func()) (*sandpit.Result, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	l, err := rs.start(ctx, &req, false, cancel)
 	if err != nil {
 		return nil, err
@@ -284,16 +286,16 @@ func (rs *Runs) runForeground(ctx context.Context, r Runner, req sandpit.Request
 
 // runBackground starts req in the background and returns its id at once.
 func (rs *Runs) runBackground(r Runner, req sandpit.Request) (string, error) {
-	ctx, cancel := context.WithCancel(rs.ctx)
+	ctx, cancel := context.WithCancelCause(rs.ctx)
 	l, err := rs.start(ctx, &req, true, cancel)
 	if err != nil {
-		cancel()
+		cancel(nil)
 		return "", err
 	}
 	rs.wg.Add(1)
 	go func() {
 		defer rs.wg.Done()
-		defer cancel()
+		defer cancel(nil)
 		res, err := r.Run(ctx, req)
 		rs.finish(l, res, err)
 	}()
@@ -303,11 +305,17 @@ func (rs *Runs) runBackground(r Runner, req sandpit.Request) (string, error) {
 // cancelRun cancels the run id in flight and waits (at most wait) for its
 // outcome.
 func (rs *Runs) cancelRun(ctx context.Context, id string, wait time.Duration) (*liveRun, error) {
+	return rs.cancelBy(ctx, id, wait, nil)
+}
+
+// cancelBy is cancelRun with a cause: who cancelled it, when not the
+// run's own caller.
+func (rs *Runs) cancelBy(ctx context.Context, id string, wait time.Duration, cause error) (*liveRun, error) {
 	l := rs.get(id)
 	if l == nil {
 		return nil, nil
 	}
-	l.cancel()
+	l.cancel(cause)
 	select {
 	case <-l.done:
 	case <-time.After(wait):
@@ -318,6 +326,81 @@ func (rs *Runs) cancelRun(ctx context.Context, id string, wait time.Duration) (*
 }
 
 func runURI(id string) string { return "sandbox://runs/" + id }
+
+// LiveRun describes a run in flight, for a person watching.
+type LiveRun struct {
+	ID         string
+	Language   string
+	Session    string // the session it runs in; empty for a fresh sandbox
+	Path       string // the workspace file it runs, if not code
+	Code       string // its first PreviewChars bytes
+	Started    time.Time
+	Background bool
+	Stopping   bool // told to stop, not ended yet
+	// StdoutBytes and StderrBytes count what it wrote so far; Tail is the
+	// newest lines of both.
+	StdoutBytes, StderrBytes int64
+	Tail                     string
+}
+
+// PreviewChars bounds LiveRun.Code.
+const PreviewChars = 200
+
+// Live lists the runs in flight, oldest first.
+func (rs *Runs) Live() []LiveRun {
+	rs.mu.Lock()
+	ls := make([]*liveRun, 0, len(rs.live))
+	for _, l := range rs.live {
+		ls = append(ls, l)
+	}
+	rs.mu.Unlock()
+	out := make([]LiveRun, 0, len(ls))
+	for _, l := range ls {
+		l.mu.Lock()
+		lr := LiveRun{
+			ID: l.id, Language: l.req.Language, Session: l.req.Session, Path: l.req.Path,
+			Code: clipRunes(l.req.Code, PreviewChars), Started: l.started, Background: l.background,
+			Stopping:    l.ctx.Err() != nil,
+			StdoutBytes: l.stdout.total, StderrBytes: l.stderr.total, Tail: l.tail.lines(),
+		}
+		l.mu.Unlock()
+		out = append(out, lr)
+	}
+	slices.SortFunc(out, func(a, b LiveRun) int { return a.Started.Compare(b.Started) })
+	return out
+}
+
+// ErrCancelledByPerson is the cause of a run cancelled with CancelByPerson:
+// its history record says cancelled_by "person".
+var ErrCancelledByPerson = errors.New("cancelled by a person")
+
+// CancelByPerson stops run id in flight, as cancel_run does, recording
+// that a person (not the agent) cancelled it, and waits up to wait for it
+// to end. It reports whether the run was in flight; ended reports whether
+// it has ended since.
+func (rs *Runs) CancelByPerson(ctx context.Context, id string, wait time.Duration) (found, ended bool, err error) {
+	l, err := rs.cancelBy(ctx, id, wait, ErrCancelledByPerson)
+	if err != nil || l == nil {
+		return false, false, err
+	}
+	select {
+	case <-l.done:
+		return true, true, nil
+	default:
+		return true, false, nil
+	}
+}
+
+// clipRunes is s's first n bytes, cut at a rune boundary.
+func clipRunes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
 
 // Subscriptions to sandbox://runs/{id}, in both protocol eras: a legacy
 // client sends resources/subscribe (mcp-go's stdio session keeps no

@@ -276,3 +276,43 @@ func TestLineTail(t *testing.T) {
 		t.Fatalf("long line: %d bytes", len(got))
 	}
 }
+
+// Live shows the runs in flight; CancelByPerson stops one and its record
+// says a person cancelled it; cancel_run's runs say nothing of the kind.
+func TestLiveAndCancelByPerson(t *testing.T) {
+	lr := newLiveRunner()
+	runs := NewRuns(2)
+	t.Cleanup(runs.Close)
+	f := newFixture(t, func(c *Config) { c.Runner, c.Runs = lr, runs })
+	var a, b RunCodeResult
+	f.call(t, "run_code", map[string]any{"language": "python", "code": "first()", "background": true}, &a)
+	<-lr.started
+	f.call(t, "run_code", map[string]any{"language": "python", "code": "second()", "background": true}, &b)
+	<-lr.started
+	live := runs.Live()
+	if len(live) != 2 || live[0].ID != a.ID || live[1].ID != b.ID {
+		t.Fatalf("Live: %+v, want %s then %s", live, a.ID, b.ID)
+	}
+	if l := live[0]; l.Code != "first()" || l.Language != "python" || !l.Background || l.StdoutBytes != 6 || l.Tail != "hello" || l.Stopping {
+		t.Errorf("Live[0]: %+v", l)
+	}
+	found, ended, err := runs.CancelByPerson(t.Context(), a.ID, testenv.Patience)
+	if err != nil || !found || !ended {
+		t.Fatalf("CancelByPerson: found %v ended %v err %v", found, ended, err)
+	}
+	if found, _, err := runs.CancelByPerson(t.Context(), "nosuchrun", time.Second); found || err != nil {
+		t.Errorf("CancelByPerson of no run: found %v err %v", found, err)
+	}
+	if res := f.call(t, "cancel_run", map[string]any{"id": b.ID}, nil); res.IsError {
+		t.Fatal(text(res))
+	}
+	if live := runs.Live(); len(live) != 0 {
+		t.Errorf("Live after both ended: %+v", live)
+	}
+	for id, want := range map[string]string{a.ID: "person", b.ID: ""} {
+		r, err := f.db.Get(t.Context(), id)
+		if err != nil || r.Status != "cancelled" || r.CancelledBy != want {
+			t.Errorf("run %s: status %q cancelled_by %q (err %v), want cancelled by %q", id, r.Status, r.CancelledBy, err, want)
+		}
+	}
+}

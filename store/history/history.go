@@ -36,6 +36,15 @@ const HeadBytes = 1024
 // PreviewChars is the length of the code preview List returns.
 const PreviewChars = 200
 
+// OutputBytes is how much of each output stream the newest OutputRuns runs
+// keep beyond their heads, for a person reading a run (Get's Stdout and
+// Stderr); older runs keep only their heads. Together they bound what
+// outputs add to the database: 2 × OutputBytes × OutputRuns = 128 MiB.
+const (
+	OutputBytes = 64 << 10
+	OutputRuns  = 1000
+)
+
 // Run is one recorded execution.
 type Run struct {
 	ID       string    `json:"id"`
@@ -66,6 +75,14 @@ type Run struct {
 	StderrTruncated bool   `json:"stderr_truncated"`
 	StdoutHead      string `json:"stdout_head"` // first HeadBytes of what was kept
 	StderrHead      string `json:"stderr_head"`
+	// Stdout and Stderr are the first OutputBytes of each stream as the
+	// run returned them: given to Record, and filled by Get while the run
+	// is among the newest OutputRuns (empty otherwise, and in List).
+	Stdout string `json:"-"`
+	Stderr string `json:"-"`
+	// CancelledBy says who cancelled a cancelled run when it was not the
+	// caller (e.g. "person": from the dashboard).
+	CancelledBy string `json:"cancelled_by,omitempty"`
 
 	// Files and Limits are stored as the JSON the caller gives; nil when absent.
 	Files  json.RawMessage `json:"files,omitempty"`
@@ -80,6 +97,10 @@ type Filter struct {
 	BeforeID string    // only runs older than this run (a keyset cursor)
 	Status   string
 	Language string
+	After    time.Time // only runs started at or after this
+	// Text: only runs whose code or kept output contains it (a plain
+	// substring, case-insensitive for ASCII).
+	Text string
 }
 
 // List limits.
@@ -92,6 +113,8 @@ const (
 type DB struct {
 	db   *sql.DB
 	path string
+	// outputRuns is OutputRuns; tests lower it.
+	outputRuns int
 }
 
 // Open opens (creating if needed) the history database at path and applies
@@ -115,7 +138,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open history database %s: %w", path, err)
 	}
-	h := &DB{db: db, path: path}
+	h := &DB{db: db, path: path, outputRuns: OutputRuns}
 	if err := h.migrate(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("history database %s: %w", path, err)
@@ -154,14 +177,31 @@ func (h *DB) Record(ctx context.Context, r Run) error {
 		id, started_ns, language, code_sha256, path, stdin_bytes,
 		status, exit_code, duration_ms, cpu_user_ms, cpu_system_ms, memory_peak_bytes, pids, oom_killed,
 		stdout_bytes, stderr_bytes, stdout_truncated, stderr_truncated, stdout_head, stderr_head,
-		files, limits
-	) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		files, limits, cancelled_by
+	) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		r.ID, r.Started.UTC().UnixNano(), r.Language, sum, nullString(r.Path), r.StdinBytes,
 		r.Status, r.ExitCode, r.DurationMS, r.CPUUserMS, r.CPUSystemMS, r.MemoryPeakBytes, r.Pids, r.OOMKilled,
 		r.StdoutBytes, r.StderrBytes, r.StdoutTruncated, r.StderrTruncated, head(r.StdoutHead), head(r.StderrHead),
-		nullJSON(r.Files), nullJSON(r.Limits))
+		nullJSON(r.Files), nullJSON(r.Limits), nullString(r.CancelledBy))
 	if err != nil {
 		return fmt.Errorf("record run %s: %w", r.ID, err)
+	}
+	if len(r.Stdout) > HeadBytes || len(r.Stderr) > HeadBytes {
+		// Only what the head does not already hold needs a row.
+		var seq int64
+		if err := tx.QueryRowContext(ctx, `SELECT seq FROM runs WHERE id = ?`, r.ID).Scan(&seq); err != nil {
+			return fmt.Errorf("record run %s: %w", r.ID, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO outputs(run_seq, stdout, stderr) VALUES(?, ?, ?)`,
+			seq, clip(r.Stdout, OutputBytes), clip(r.Stderr, OutputBytes)); err != nil {
+			return fmt.Errorf("record run %s: output: %w", r.ID, err)
+		}
+		// Older runs' outputs go: the table holds at most OutputRuns rows
+		// (seqs only grow).
+		if _, err := tx.ExecContext(ctx, `DELETE FROM outputs WHERE run_seq IN
+			(SELECT run_seq FROM outputs ORDER BY run_seq DESC LIMIT -1 OFFSET ?)`, h.outputRuns); err != nil {
+			return fmt.Errorf("record run %s: output: %w", r.ID, err)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("record run %s: commit: %w", r.ID, err)
@@ -172,7 +212,7 @@ func (h *DB) Record(ctx context.Context, r Run) error {
 const runColumns = `r.id, r.started_ns, r.language, r.code_sha256, c.bytes, r.path, r.stdin_bytes,
 	r.status, r.exit_code, r.duration_ms, r.cpu_user_ms, r.cpu_system_ms, r.memory_peak_bytes, r.pids, r.oom_killed,
 	r.stdout_bytes, r.stderr_bytes, r.stdout_truncated, r.stderr_truncated, r.stdout_head, r.stderr_head,
-	r.files, r.limits`
+	r.files, r.limits, r.cancelled_by`
 
 // List returns the runs matching f, newest first, without full code.
 func (h *DB) List(ctx context.Context, f Filter) ([]Run, error) {
@@ -205,6 +245,19 @@ func (h *DB) List(ctx context.Context, f Filter) ([]Run, error) {
 	if f.Language != "" {
 		where = append(where, "r.language = ?")
 		args = append(args, f.Language)
+	}
+	if !f.After.IsZero() {
+		where = append(where, "r.started_ns >= ?")
+		args = append(args, f.After.UTC().UnixNano())
+	}
+	if f.Text != "" {
+		// instr, not LIKE: the text is matched as it is, with no
+		// wildcards of its own. Output beyond the head is matched where
+		// kept.
+		t := strings.ToLower(f.Text)
+		where = append(where, `(instr(lower(c.text), ?) > 0 OR instr(lower(r.stdout_head), ?) > 0 OR instr(lower(r.stderr_head), ?) > 0
+			OR EXISTS (SELECT 1 FROM outputs o WHERE o.run_seq = r.seq AND (instr(lower(o.stdout), ?) > 0 OR instr(lower(o.stderr), ?) > 0)))`)
+		args = append(args, t, t, t, t, t)
 	}
 	q := `SELECT ` + runColumns + `, substr(c.text, 1, ` + fmt.Sprint(PreviewChars) + `)
 		FROM runs r LEFT JOIN code c ON c.sha256 = r.code_sha256`
@@ -239,9 +292,11 @@ func (h *DB) List(ctx context.Context, f Filter) ([]Run, error) {
 func (h *DB) Get(ctx context.Context, id string) (Run, error) {
 	var r Run
 	var code sql.NullString
-	row := h.db.QueryRowContext(ctx, `SELECT `+runColumns+`, c.text
-		FROM runs r LEFT JOIN code c ON c.sha256 = r.code_sha256 WHERE r.id = ?`, id)
-	err := scanRun(row, &r, &code)
+	var stdout, stderr sql.NullString
+	row := h.db.QueryRowContext(ctx, `SELECT `+runColumns+`, c.text, o.stdout, o.stderr
+		FROM runs r LEFT JOIN code c ON c.sha256 = r.code_sha256
+		LEFT JOIN outputs o ON o.run_seq = r.seq WHERE r.id = ?`, id)
+	err := scanRun(row, &r, &code, &stdout, &stderr)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Run{}, fmt.Errorf("run %q: %w", id, ErrNotFound)
 	}
@@ -249,23 +304,29 @@ func (h *DB) Get(ctx context.Context, id string) (Run, error) {
 		return Run{}, fmt.Errorf("get run %q: %w", id, err)
 	}
 	r.Code = code.String
+	r.Stdout, r.Stderr = r.StdoutHead, r.StderrHead
+	if stdout.Valid {
+		r.Stdout, r.Stderr = stdout.String, stderr.String
+	}
 	return r, nil
 }
 
 type scanner interface{ Scan(dest ...any) error }
 
-func scanRun(s scanner, r *Run, code *sql.NullString) error {
+func scanRun(s scanner, r *Run, code *sql.NullString, more ...any) error {
 	var ns int64
-	var sum, path sql.NullString
+	var sum, path, cancelledBy sql.NullString
 	var codeBytes sql.NullInt64
 	var files, limits []byte
-	err := s.Scan(&r.ID, &ns, &r.Language, &sum, &codeBytes, &path, &r.StdinBytes,
+	dest := []any{&r.ID, &ns, &r.Language, &sum, &codeBytes, &path, &r.StdinBytes,
 		&r.Status, &r.ExitCode, &r.DurationMS, &r.CPUUserMS, &r.CPUSystemMS, &r.MemoryPeakBytes, &r.Pids, &r.OOMKilled,
 		&r.StdoutBytes, &r.StderrBytes, &r.StdoutTruncated, &r.StderrTruncated, &r.StdoutHead, &r.StderrHead,
-		&files, &limits, code)
+		&files, &limits, &cancelledBy, code}
+	err := s.Scan(append(dest, more...)...)
 	if err != nil {
 		return err
 	}
+	r.CancelledBy = cancelledBy.String
 	r.Started = time.Unix(0, ns).UTC()
 	r.CodeSHA256, r.CodeBytes, r.Path = sum.String, codeBytes.Int64, path.String
 	if len(files) > 0 {
@@ -282,6 +343,18 @@ func (h *DB) Count(ctx context.Context) (int64, error) {
 	var n int64
 	err := h.db.QueryRowContext(ctx, `SELECT count(*) FROM runs`).Scan(&n)
 	return n, err
+}
+
+// clip keeps at most n bytes of s, cut at a rune boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i]
 }
 
 // head keeps at most HeadBytes of s, cut at a rune boundary.

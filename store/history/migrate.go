@@ -46,6 +46,14 @@ CREATE INDEX runs_status ON runs(status, started_ns);
 CREATE INDEX runs_language ON runs(language, started_ns);
 CREATE INDEX runs_code ON runs(code_sha256);
 `,
+	2: `
+ALTER TABLE runs ADD COLUMN cancelled_by TEXT;
+CREATE TABLE outputs (
+	run_seq INTEGER PRIMARY KEY REFERENCES runs(seq) ON DELETE CASCADE,
+	stdout  TEXT NOT NULL,
+	stderr  TEXT NOT NULL
+);
+`,
 }
 
 // SchemaVersion is the version Open migrates to.
