@@ -7,10 +7,11 @@
 # from, only missing ones are installed, and apt-get runs with --no-remove:
 # this script never removes a package. It says what it found.
 #
-#   scripts/install-deps.sh [--rootless] [--no-go] [--vm]
+#   scripts/install-deps.sh [--rootless] [--no-go] [--vm] [--browser]
 #     --rootless  also rootlesskit, newuidmap and newgidmap (a normal user's containerd)
 #     --no-go     bin/sandpit is built already: no Go toolchain needed
 #     --vm        also what scripts/vm-test.sh needs: qemu-system-x86_64, mkfs.ext4
+#     --browser   also Debian's chromium, the headless browser the dashboard's tests drive
 #
 # Output goes to stderr: this script runs before `sandpit serve`, whose
 # stdout is the MCP protocol.
@@ -21,13 +22,14 @@
 set -euo pipefail
 exec 1>&2
 
-rootless=0 want_go=1 vm=0
+rootless=0 want_go=1 vm=0 browser=0
 for arg in "$@"; do
 	case $arg in
 	--rootless) rootless=1 ;;
 	--no-go) want_go=0 ;;
 	--vm) vm=1 ;;
-	*) echo "usage: $0 [--rootless] [--no-go] [--vm]"; exit 2 ;;
+	--browser) browser=1 ;;
+	*) echo "usage: $0 [--rootless] [--no-go] [--vm] [--browser]"; exit 2 ;;
 	esac
 done
 # runc and the uid map helpers live in sbin, which a normal user's PATH may lack.
@@ -110,6 +112,9 @@ fi
 if [ "$vm" -eq 1 ]; then
 	need qemu-system-x86_64 qemu-system-x86
 	need mkfs.ext4 e2fsprogs
+fi
+if [ "$browser" -eq 1 ]; then
+	need chromium chromium
 fi
 
 if [ ${#problems[@]} -gt 0 ]; then

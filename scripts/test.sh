@@ -16,7 +16,8 @@ fi
 start=$(date +%s)
 vm=--vm
 [ "${SANDPIT_VM_TEST:-1}" = 0 ] && vm=
-scripts/install-deps.sh $vm
+# --browser: Debian's chromium, which the dashboard's tests drive.
+scripts/install-deps.sh $vm --browser
 export PATH="/usr/local/go/bin:$PATH"
 
 echo "== build"
@@ -57,6 +58,10 @@ echo "== tests"
 export SANDPIT_TEST_CONTAINERD="$sock"
 export SANDPIT_REQUIRE_INTEGRATION=1
 export SANDPIT_HYDRA=1 # OAuth tests against a real ory/hydra (scripts/hydra.sh)
+# The dashboard's tests drive this headless Chromium (chromedp); set, they
+# fail rather than skip without it.
+SANDPIT_BROWSER=$(command -v chromium)
+export SANDPIT_BROWSER
 export SANDPIT_BIN="$PWD/bin/sandpit"
 export SANDPIT_TEST_RUNTIME=sandpit # the shim serve uses by default
 # A live neighbour: `sandpit serve` with the default state dir and instance

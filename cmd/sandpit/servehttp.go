@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/auth"
+	"github.com/sandpit-dev/sandpit/internal/dash"
 	"github.com/sandpit-dev/sandpit/internal/front"
 	"github.com/sandpit-dev/sandpit/internal/instance"
 	"github.com/sandpit-dev/sandpit/mcp"
@@ -32,6 +33,7 @@ func httpFlags() []cli.Flag {
 		&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS with this PEM certificate (with --tls-key)"},
 		&cli.StringFlag{Name: "tls-key", Usage: "the PEM private key of --tls-cert"},
 		&cli.BoolFlag{Name: "insecure-http", Usage: "allow plain HTTP on a non-loopback --listen: a proxy in front terminates TLS"},
+		&cli.BoolFlag{Name: "no-dashboard", Usage: "serve MCP only: no dashboard pages at / (they are served behind the same authentication by default)"},
 		&cli.BoolFlag{Name: "insecure-no-auth", Usage: "no authentication (every client is tenant \"default\"); refused unless --listen is a loopback address"},
 		&cli.StringFlag{Name: "public-url", Usage: "the base URL clients reach this server at (scheme://host[:port]), when it is not --listen's: the OAuth resource is URL/mcp; requests must name its host"},
 		&cli.StringSliceFlag{Name: "allow-origin", Usage: "a browser Origin (scheme://host[:port]) allowed beyond --public-url's own (repeatable)"},
@@ -131,6 +133,18 @@ func serveHTTP(c *cli.Context, rt *runtime.Runtime, in *instance.Instance, base 
 			fc.AuthorizationServers = []string{iss}
 		}
 	}
+	if !c.Bool("no-dashboard") {
+		// The dashboard is served beside /mcp, behind the same checks and
+		// the same tokens.
+		secure := fc.TLSCert != "" || strings.HasPrefix(fc.PublicURL, "https://")
+		pages, err := dash.New(dash.Config{Auth: late, NoAuth: fc.InsecureNoAuth, NoAuthTenant: front.NoAuthTenant,
+			Tenants: dash.SourceFunc(ts.Dash), Secure: secure, Logger: slog.Default()})
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		fc.Pages = pages
+	}
 	f, err := front.New(fc)
 	if err != nil {
 		ln.Close()
@@ -165,6 +179,9 @@ func serveHTTP(c *cli.Context, rt *runtime.Runtime, in *instance.Instance, base 
 	}()
 	slog.Info("sandpit serving MCP over HTTP", "version", version, "instance", in.Name(), "listen", ln.Addr().String(),
 		"url", f.PublicURL()+"/mcp", "data_dir", dir, "tls", fc.TLSCert != "", "auth", !fc.InsecureNoAuth)
+	if fc.Pages != nil {
+		slog.Info("dashboard", "url", f.PublicURL()+"/")
+	}
 	err = f.Serve(ctx, ln)
 	if errors.Is(err, context.Canceled) {
 		err = nil

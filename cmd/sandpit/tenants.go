@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/auth"
+	"github.com/sandpit-dev/sandpit/internal/dash"
 	"github.com/sandpit-dev/sandpit/internal/quota"
 	"github.com/sandpit-dev/sandpit/mcp"
 	"github.com/sandpit-dev/sandpit/runtime"
@@ -59,6 +60,7 @@ type tenants struct {
 type tenant struct {
 	ready chan struct{}
 	srv   *server.MCPServer
+	view  *dash.Tenant // what the dashboard reads and does
 	err   error
 	close func()
 }
@@ -99,6 +101,24 @@ var ErrTooManyTenants = sandpit.Define(sandpit.ErrResourceExhausted, "too many t
 
 // Server returns tenant name's MCP server, building it on first use.
 func (ts *tenants) Server(ctx context.Context, name string) (*server.MCPServer, error) {
+	t, err := ts.get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return t.srv, nil
+}
+
+// Dash returns what the dashboard sees of tenant name, building the
+// tenant on first use.
+func (ts *tenants) Dash(ctx context.Context, name string) (*dash.Tenant, error) {
+	t, err := ts.get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return t.view, nil
+}
+
+func (ts *tenants) get(ctx context.Context, name string) (*tenant, error) {
 	if !auth.ValidTenant(name) {
 		return nil, fmt.Errorf("%w: tenant name %q", sandpit.ErrInvalidArgument, name)
 	}
@@ -116,7 +136,7 @@ func (ts *tenants) Server(ctx context.Context, name string) (*server.MCPServer, 
 		t = &tenant{ready: make(chan struct{})}
 		ts.open[name] = t
 		ts.mu.Unlock()
-		t.srv, t.close, t.err = ts.build(name)
+		t.srv, t.view, t.close, t.err = ts.build(name)
 		if t.err != nil {
 			ts.mu.Lock()
 			delete(ts.open, name) // the next request tries again
@@ -131,16 +151,19 @@ func (ts *tenants) Server(ctx context.Context, name string) (*server.MCPServer, 
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	return t.srv, t.err
+	if t.err != nil {
+		return nil, t.err
+	}
+	return t, nil
 }
 
 // tenantDir is where tenant name's state persists.
 func (ts *tenants) tenantDir(name string) string { return filepath.Join(ts.dataDir, "tenants", name) }
 
-func (ts *tenants) build(name string) (*server.MCPServer, func(), error) {
+func (ts *tenants) build(name string) (*server.MCPServer, *dash.Tenant, func(), error) {
 	dir := ts.tenantDir(name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, nil, fmt.Errorf("tenant %s: %w", name, err)
+		return nil, nil, nil, fmt.Errorf("tenant %s: %w", name, err)
 	}
 	var closers []func()
 	closeAll := func() {
@@ -153,18 +176,18 @@ func (ts *tenants) build(name string) (*server.MCPServer, func(), error) {
 	closeWS, err := openWorkspace(ts.c, &cfg, workspace.Owner{UID: uid, GID: gid},
 		filepath.Join(dir, "workspace"), filepath.Join(dir, "snapshots"), filepath.Join(ts.views, name), ts.wsMax)
 	if err != nil {
-		return nil, nil, fmt.Errorf("tenant %s: %w", name, err)
+		return nil, nil, nil, fmt.Errorf("tenant %s: %w", name, err)
 	}
 	closers = append(closers, closeWS)
 	// query_db opens workspace databases through this tenant's workspace.
 	if err := dataConfig(ts.c, &cfg); err != nil {
 		closeAll()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	closeHistory, err := openHistory(ts.c, &cfg, filepath.Join(dir, "history.db"))
 	if err != nil {
 		closeAll()
-		return nil, nil, fmt.Errorf("tenant %s: %w", name, err)
+		return nil, nil, nil, fmt.Errorf("tenant %s: %w", name, err)
 	}
 	closers = append(closers, closeHistory)
 	tr := ts.rt.ForTenant(name)
@@ -181,7 +204,20 @@ func (ts *tenants) build(name string) (*server.MCPServer, func(), error) {
 	closers = append(closers, runs.Close) // closed first: background runs are recorded while the rest is open
 	cfg.Runs = runs
 	slog.Info("tenant ready", "tenant", name)
-	return mcp.NewServer(cfg), closeAll, nil
+	view := &dash.Tenant{Runs: runs}
+	if cfg.History != nil {
+		view.History = cfg.History
+	}
+	if cfg.Files != nil {
+		view.Files = cfg.Files
+	}
+	if cfg.Snapshots != nil {
+		view.Snapshots = cfg.Snapshots
+	}
+	if cfg.Sessions != nil {
+		view.Sessions = tr.Sessions
+	}
+	return mcp.NewServer(cfg), view, closeAll, nil
 }
 
 // Close stops serving tenants and closes each one's stores, cancelling and

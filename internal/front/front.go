@@ -86,6 +86,12 @@ type Config struct {
 	// Tenants gives each tenant's MCP server.
 	Tenants TenantSource
 
+	// Pages, when set, serves every path that is not MCP's or the OAuth
+	// metadata's (the dashboard), after the Host and Origin checks. It
+	// authenticates its requests itself and bounds their bodies; the
+	// front bounds the time to send one (BodyTimeout).
+	Pages http.Handler
+
 	// SessionIdle is how long a Streamable HTTP session may stay idle
 	// before it is forgotten (its id then answers 404). Default 30m.
 	SessionIdle time.Duration

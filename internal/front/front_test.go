@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -777,4 +778,44 @@ func TestBodiesInFlightBounded(t *testing.T) {
 	testenv.Eventually(t, "the trickled body holds the budget", func() bool { return post() == http.StatusServiceUnavailable })
 	slow.Close()
 	testenv.Eventually(t, "the budget frees when that client goes", func() bool { return post() == 200 })
+}
+
+// Pages (the dashboard) get what is not MCP's, after the Host and Origin
+// checks: a cross-site form post or a rebinding Host never reaches them.
+func TestPagesBehindHostAndOrigin(t *testing.T) {
+	var reached atomic.Int64
+	rn := start(t, func(c *Config) {
+		c.Pages = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			reached.Add(1)
+			io.WriteString(w, "page "+r.URL.Path)
+		})
+	})
+	_, port, _ := net.SplitHostPort(rn.addr)
+	for _, tc := range []struct {
+		name, method, path, origin, host string
+		status                           int
+		reaches                          bool
+	}{
+		{"page", "GET", "/runs", "", "", 200, true},
+		{"form of this site", "POST", "/login", rn.url, "", 200, true},
+		{"cross-site form", "POST", "/login", "https://evil.example", "", 403, false},
+		{"rebinding host", "GET", "/runs", "", "evil.example:" + port, 403, false},
+		{"MCP stays MCP's", "GET", "/mcp", "", "", 401, false},
+		{"metadata stays the front's", "GET", "/.well-known/oauth-protected-resource", "", "", 200, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := reached.Load()
+			req, _ := http.NewRequest(tc.method, rn.url+tc.path, strings.NewReader("token=x"))
+			if tc.origin != "" {
+				req.Header.Set("Origin", tc.origin)
+			}
+			if tc.host != "" {
+				req.Host = tc.host
+			}
+			resp, body := do(t, req)
+			if resp.StatusCode != tc.status || (reached.Load() > before) != tc.reaches {
+				t.Errorf("got %s %q (pages reached: %v), want %d (reached %v)", resp.Status, body, reached.Load() > before, tc.status, tc.reaches)
+			}
+		})
+	}
 }

@@ -48,11 +48,22 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case pathMCP, pathSSE, pathMessage:
 	default:
-		http.NotFound(w, r)
-		return
+		if f.cfg.Pages == nil {
+			http.NotFound(w, r)
+			return
+		}
 	}
 	if o := r.Header.Get("Origin"); o != "" && !f.origins[strings.ToLower(o)] {
 		plainError(w, http.StatusForbidden, "origin not allowed", fmt.Sprintf("Origin %q may not call this server", clip(o)))
+		return
+	}
+	switch r.URL.Path {
+	case pathMCP, pathSSE, pathMessage:
+	default:
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			http.NewResponseController(w).SetReadDeadline(time.Now().Add(f.cfg.Limits.BodyTimeout))
+		}
+		f.cfg.Pages.ServeHTTP(w, r)
 		return
 	}
 	if queryHasToken(r.URL.RawQuery) {

@@ -1,0 +1,336 @@
+// Package dash is sandpit's dashboard: the pages a person reads to see what
+// the agents ran — runs in flight and sessions, the history with each run's
+// code, output and files, the workspace, snapshots and metrics as charts.
+//
+// Its guarantees: every page is server-rendered HTML (it reads without
+// JavaScript; a small embedded script only refreshes the live view), served
+// with a Content-Security-Policy that allows no inline script or style and
+// no other origin; everything a program or an agent wrote is escaped, and
+// control characters (ANSI escapes) are shown as visible symbols; a page is
+// bounded (pagination, output cut with a download of what was kept); a
+// request acts for exactly one tenant, proven by its bearer token or by a
+// login session cookie (HttpOnly, SameSite=Strict) made from one, and sees
+// only that tenant's state, another tenant's run being "not found" as one
+// that never existed; every state-changing action is a POST carrying the
+// session's CSRF token, reached through a confirmation page.
+package dash
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/auth"
+	"github.com/sandpit-dev/sandpit/mcp"
+	"github.com/sandpit-dev/sandpit/store/history"
+	"github.com/sandpit-dev/sandpit/store/snapshot"
+	"github.com/sandpit-dev/sandpit/store/workspace"
+)
+
+// History is what the pages read of a tenant's history.
+type History interface {
+	List(ctx context.Context, f history.Filter) ([]history.Run, error)
+	Get(ctx context.Context, id string) (history.Run, error)
+}
+
+// Files is what the pages read of a tenant's workspace.
+type Files interface {
+	List(ctx context.Context, path string, recursive bool) (workspace.Listing, error)
+	Read(ctx context.Context, path string, offset, limit int64) (workspace.Content, error)
+}
+
+// Snapshots is what the pages read and do with a tenant's snapshots.
+type Snapshots interface {
+	List(ctx context.Context) ([]snapshot.Snapshot, error)
+	Diff(ctx context.Context, id string) (snapshot.Diff, error)
+	Restore(ctx context.Context, id string) error
+}
+
+// Tenant is one tenant's state as the pages see it. Nil fields are pages
+// the server does not have (a server without a workspace...).
+type Tenant struct {
+	History   History
+	Runs      *mcp.Runs
+	Files     Files
+	Snapshots Snapshots
+	Sessions  func() []sandpit.SessionInfo
+}
+
+// Source gives a tenant's state; an error is classed as the front's
+// TenantSource's are.
+type Source interface {
+	Tenant(ctx context.Context, name string) (*Tenant, error)
+}
+
+// SourceFunc adapts a function to Source.
+type SourceFunc func(ctx context.Context, name string) (*Tenant, error)
+
+// Tenant calls f.
+func (f SourceFunc) Tenant(ctx context.Context, name string) (*Tenant, error) { return f(ctx, name) }
+
+// Config configures a Dash.
+type Config struct {
+	// Auth proves a bearer token: one sent with a request, or the one a
+	// person logs in with (kept in memory, checked again on every request,
+	// so a revoked or expired token ends its login sessions).
+	Auth auth.Authenticator
+	// NoAuth: every request acts for tenant NoAuthTenant (the front's
+	// --insecure-no-auth, loopback only).
+	NoAuth       bool
+	NoAuthTenant string
+	Tenants      Source
+	// Secure marks the session cookie Secure (the server is reached over
+	// TLS, its own or a proxy's).
+	Secure bool
+	// Now is the clock (tests); default time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Dash serves the dashboard's pages.
+type Dash struct {
+	cfg      Config
+	log      *slog.Logger
+	logins   *logins
+	pages    map[string]*template.Template
+	mux      *http.ServeMux
+	codeCSS  []byte
+	staticFS fs.FS
+}
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Paths the dashboard serves (beside the front's MCP routes).
+var Paths = []string{"/", "/login", "/logout", "/live", "/runs", "/runs/", "/workspace", "/workspace/", "/snapshots", "/snapshots/", "/metrics", "/static/", "/favicon.ico"}
+
+// New returns a Dash.
+func New(cfg Config) (*Dash, error) {
+	if cfg.Tenants == nil {
+		return nil, fmt.Errorf("dash: no tenant source: %w", sandpit.ErrInvalidArgument)
+	}
+	if !cfg.NoAuth && cfg.Auth == nil {
+		return nil, fmt.Errorf("dash: no authenticator: %w", sandpit.ErrInvalidArgument)
+	}
+	if cfg.NoAuth && cfg.NoAuthTenant == "" {
+		cfg.NoAuthTenant = "default"
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	d := &Dash{cfg: cfg, log: cfg.Logger, logins: newLogins(cfg.Now)}
+	if err := d.parse(); err != nil {
+		return nil, err
+	}
+	sub, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		return nil, err
+	}
+	d.staticFS = sub
+	d.codeCSS = codeCSS()
+	d.routes()
+	return d, nil
+}
+
+func (d *Dash) routes() {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /static/code.css", d.serveCodeCSS)
+	m.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(d.staticFS)))
+	m.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) {
+		http.ServeFileFS(w, r, d.staticFS, "favicon.svg")
+	})
+	m.HandleFunc("GET /login", d.loginPage)
+	m.HandleFunc("POST /login", d.login)
+	m.HandleFunc("POST /logout", d.logout)
+
+	m.HandleFunc("GET /{$}", d.tenantPage(auth.ScopeRun, d.livePage))
+	m.HandleFunc("GET /live", d.tenantPage(auth.ScopeRun, d.liveFragment))
+	m.HandleFunc("GET /runs", d.tenantPage(auth.ScopeRun, d.runsPage))
+	m.HandleFunc("GET /runs/{id}", d.tenantPage(auth.ScopeRun, d.runPage))
+	m.HandleFunc("GET /runs/{id}/{stream}", d.tenantPage(auth.ScopeRun, d.runOutput))
+	m.HandleFunc("GET /runs/{id}/cancel", d.tenantPage(auth.ScopeRun, d.cancelConfirm))
+	m.HandleFunc("POST /runs/{id}/cancel", d.tenantAction(auth.ScopeRun, d.cancel))
+	m.HandleFunc("GET /workspace", d.tenantPage(auth.ScopeFiles, d.workspacePage))
+	m.HandleFunc("GET /workspace/view", d.tenantPage(auth.ScopeFiles, d.filePage))
+	m.HandleFunc("GET /workspace/raw", d.tenantPage(auth.ScopeFiles, d.fileRaw))
+	m.HandleFunc("GET /snapshots", d.tenantPage(auth.ScopeFiles, d.snapshotsPage))
+	m.HandleFunc("GET /snapshots/{id}", d.tenantPage(auth.ScopeFiles, d.snapshotPage))
+	m.HandleFunc("GET /snapshots/{id}/restore", d.tenantPage(auth.ScopeFiles, d.restoreConfirm))
+	m.HandleFunc("POST /snapshots/{id}/restore", d.tenantAction(auth.ScopeFiles, d.restore))
+	m.HandleFunc("GET /metrics", d.tenantPage(auth.ScopeRun, d.metricsPage))
+	m.HandleFunc("GET /metrics/{chart}", d.tenantPage(auth.ScopeRun, d.metricsChart))
+	d.mux = m
+}
+
+// csp allows the page's own script, styles and images and nothing else:
+// no inline script or style, no other origin, no framing.
+const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+// maxFormBytes bounds a form's body (a token, a CSRF token).
+const maxFormBytes = 16 << 10
+
+// ServeHTTP serves the dashboard. The caller (the front) has checked Host
+// and Origin.
+func (d *Dash) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", csp)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	// same-origin, not no-referrer: under no-referrer a browser sends
+	// "Origin: null" with a form post, which the front's Origin check
+	// (rightly) refuses.
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Cross-Origin-Opener-Policy", "same-origin")
+	h.Set("Cross-Origin-Resource-Policy", "same-origin")
+	if !strings.HasPrefix(r.URL.Path, "/static/") {
+		h.Set("Cache-Control", "no-store")
+	}
+	if r.Method == http.MethodPost {
+		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	}
+	d.mux.ServeHTTP(w, r)
+}
+
+// viewer is who a request acts for.
+type viewer struct {
+	p     auth.Principal
+	login *login // nil for a bearer or no-auth request
+	t     *Tenant
+}
+
+// csrf is the token a POST form of this viewer carries.
+func (v *viewer) csrf() string {
+	if v.login == nil {
+		return ""
+	}
+	return v.login.csrf
+}
+
+type pageFunc func(w http.ResponseWriter, r *http.Request, v *viewer)
+
+// tenantPage authenticates a GET and gives the page its tenant; one
+// without credentials is sent to the login page.
+func (d *Dash) tenantPage(scope string, f pageFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v, ok := d.viewer(w, r, scope)
+		if !ok {
+			return
+		}
+		f(w, r, v)
+	}
+}
+
+// tenantAction authenticates a POST and checks its CSRF token (a login
+// session's form must carry it; a bearer request has no ambient
+// credential to forge).
+func (d *Dash) tenantAction(scope string, f pageFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v, ok := d.viewer(w, r, scope)
+		if !ok {
+			return
+		}
+		if v.login != nil && !v.login.csrfOK(r.PostFormValue("csrf")) {
+			d.errorPage(w, r, v, http.StatusForbidden, "This form is stale or was not sent by this dashboard (its CSRF token does not match). Reload the page and try again.")
+			return
+		}
+		f(w, r, v)
+	}
+}
+
+func (d *Dash) viewer(w http.ResponseWriter, r *http.Request, scope string) (*viewer, bool) {
+	v := &viewer{}
+	switch {
+	case d.cfg.NoAuth:
+		v.p = auth.Principal{Tenant: d.cfg.NoAuthTenant, Scopes: auth.AllScopes, Via: "none"}
+	case r.Header.Get("Authorization") != "":
+		p, err := d.cfg.Auth.Authenticate(r.Context(), r)
+		if err != nil {
+			d.authFailed(w, r, err)
+			return nil, false
+		}
+		v.p = p
+	default:
+		l, p, err := d.logins.check(r, d.cfg.Auth)
+		if err != nil {
+			if !errors.Is(err, auth.ErrNoCredentials) {
+				d.logins.clearCookie(w, d.cfg.Secure)
+			}
+			if r.Method == http.MethodGet {
+				http.Redirect(w, r, "/login?next="+urlQueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+				return nil, false
+			}
+			d.authFailed(w, r, err)
+			return nil, false
+		}
+		v.p, v.login = p, l
+	}
+	if !auth.ValidTenant(v.p.Tenant) {
+		d.plain(w, http.StatusForbidden, "the credential names no valid tenant")
+		return nil, false
+	}
+	if !v.p.Has(scope) {
+		d.errorPage(w, r, v, http.StatusForbidden, fmt.Sprintf("Your token does not allow this page: it needs the scope %s.", scope))
+		return nil, false
+	}
+	t, err := d.cfg.Tenants.Tenant(r.Context(), v.p.Tenant)
+	if err != nil {
+		d.log.Warn("dashboard: tenant unavailable", "err", err)
+		d.errorPage(w, r, v, statusOf(err), "This tenant's state is not available now: "+err.Error())
+		return nil, false
+	}
+	v.t = t
+	return v, true
+}
+
+func (d *Dash) authFailed(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, auth.ErrNoCredentials), errors.Is(err, auth.ErrInvalidToken):
+		w.Header().Set("WWW-Authenticate", "Bearer")
+		d.plain(w, http.StatusUnauthorized, "not logged in, or the token is no longer valid: log in at /login")
+	case errors.Is(err, auth.ErrInsufficientScope):
+		d.plain(w, http.StatusForbidden, "the token does not allow this server")
+	case sandpit.ClassOf(err) == sandpit.ErrUnavailable:
+		w.Header().Set("Retry-After", "5")
+		d.plain(w, http.StatusServiceUnavailable, "authentication is unavailable for now: try again")
+	default:
+		d.log.Error("dashboard: authentication failed", "err", err)
+		d.plain(w, http.StatusInternalServerError, "authentication failed")
+	}
+}
+
+func statusOf(err error) int {
+	switch sandpit.ClassOf(err) {
+	case sandpit.ErrNotFound:
+		return http.StatusNotFound
+	case sandpit.ErrInvalidArgument:
+		return http.StatusBadRequest
+	case sandpit.ErrResourceExhausted:
+		return http.StatusTooManyRequests
+	case sandpit.ErrUnavailable, sandpit.ErrConflict:
+		return http.StatusConflict
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+func (d *Dash) plain(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(status)
+	fmt.Fprintln(w, msg)
+}
