@@ -263,12 +263,22 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Error("the plot is not shown inline (no image, or it did not load)")
 	}
 	a.screenshot(t, "run-plot")
+	// Run again, in a fresh sandbox: a new run, in the history like any.
+	a.do(t, "run it again", chromedp.Click(chromedp.ID("rerun")), chromedp.WaitVisible(chromedp.ID("confirm")),
+		chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("run-id")))
+	again := a.text(t, "#run-id")
+	if again == plot.ID || again == "" {
+		t.Errorf("running again gave run %q (the first was %s)", again, plot.ID)
+	}
+	if r := call(t, alice, "get_run", map[string]any{"id": again}); r.IsError {
+		t.Errorf("the run started again is unknown to the agent: %s", text(r))
+	}
 
 	// What a program prints is text: no dialog, the markup and the escape
 	// codes visible as written.
 	a.do(t, "the hostile run's page", chromedp.Navigate(srv.base+"/runs/"+hostile.ID), chromedp.WaitVisible(chromedp.ID("stdout")))
 	out := a.text(t, "#stdout")
-	for _, want := range []string{"<script>alert(1)</script>", "<img src=x onerror=alert(2)>", "␛[31mred␛[0m"} {
+	for _, want := range []string{"<script>alert(1)</script>", "<img src=x onerror=alert(2)>", `\x1b[31mred\x1b[0m`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the hostile output does not read %q as text: %q", want, out)
 		}

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/quota"
 	"github.com/sandpit-dev/sandpit/mcp"
 	"github.com/sandpit-dev/sandpit/runtime"
+	"github.com/sandpit-dev/sandpit/store/history"
 	"github.com/sandpit-dev/sandpit/store/workspace"
 )
 
@@ -217,7 +220,63 @@ func (ts *tenants) build(name string) (*server.MCPServer, *dash.Tenant, func(), 
 	if cfg.Sessions != nil {
 		view.Sessions = tr.Sessions
 	}
-	return mcp.NewServer(cfg), view, closeAll, nil
+	srv := mcp.NewServer(cfg)
+	view.Rerun = func(ctx context.Context, r history.Run) (string, error) { return rerun(ctx, srv, r) }
+	return srv, view, closeAll, nil
+}
+
+// rerun starts run r's program again, in a fresh sandbox in the
+// background, through the tenant's own MCP server: the same admission,
+// quotas, workspace and history as an agent's run_code.
+func rerun(ctx context.Context, srv *server.MCPServer, r history.Run) (string, error) {
+	args := map[string]any{"language": r.Language, "background": true}
+	switch {
+	case r.Path != "":
+		args["path"] = r.Path
+	case r.Code != "":
+		args["code"] = r.Code
+	default:
+		return "", fmt.Errorf("%w: run %s kept no code to run again", sandpit.ErrInvalidArgument, r.ID)
+	}
+	msg, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+		"params": map[string]any{"name": "run_code", "arguments": args}})
+	if err != nil {
+		return "", err
+	}
+	out, err := json.Marshal(srv.HandleMessage(ctx, msg))
+	if err != nil {
+		return "", err
+	}
+	var resp struct {
+		Result *struct {
+			IsError           bool `json:"isError"`
+			StructuredContent struct {
+				ID string `json:"id"`
+			} `json:"structuredContent"`
+			Content []struct {
+				Text string `json:"text"`
+			} `json:"content"`
+		} `json:"result"`
+		Error *struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(out, &resp); err != nil {
+		return "", fmt.Errorf("run again: %w", err)
+	}
+	switch {
+	case resp.Error != nil:
+		return "", fmt.Errorf("run again: %s", resp.Error.Message)
+	case resp.Result == nil:
+		return "", fmt.Errorf("run again: no result")
+	case resp.Result.IsError:
+		var b strings.Builder
+		for _, c := range resp.Result.Content {
+			b.WriteString(c.Text)
+		}
+		return "", sandpit.Newf(sandpit.ErrConflict, "%s", b.String())
+	}
+	return resp.Result.StructuredContent.ID, nil
 }
 
 // Close stops serving tenants and closes each one's stores, cancelling and

@@ -62,6 +62,9 @@ type Tenant struct {
 	Files     Files
 	Snapshots Snapshots
 	Sessions  func() []sandpit.SessionInfo
+	// Rerun, when set, starts a recorded run's program again in a fresh
+	// sandbox, in the background, and returns the new run's id.
+	Rerun func(ctx context.Context, r history.Run) (string, error)
 }
 
 // Source gives a tenant's state; an error is classed as the front's
@@ -164,6 +167,8 @@ func (d *Dash) routes() {
 	m.HandleFunc("GET /runs/{id}/{stream}", d.tenantPage(auth.ScopeRun, d.runOutput))
 	m.HandleFunc("GET /runs/{id}/cancel", d.tenantPage(auth.ScopeRun, d.cancelConfirm))
 	m.HandleFunc("POST /runs/{id}/cancel", d.tenantAction(auth.ScopeRun, d.cancel))
+	m.HandleFunc("GET /runs/{id}/rerun", d.tenantPage(auth.ScopeRun, d.rerunConfirm))
+	m.HandleFunc("POST /runs/{id}/rerun", d.tenantAction(auth.ScopeRun, d.rerun))
 	m.HandleFunc("GET /workspace", d.tenantPage(auth.ScopeFiles, d.workspacePage))
 	m.HandleFunc("GET /workspace/view", d.tenantPage(auth.ScopeFiles, d.filePage))
 	m.HandleFunc("GET /workspace/raw", d.tenantPage(auth.ScopeFiles, d.fileRaw))

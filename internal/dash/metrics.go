@@ -121,13 +121,13 @@ func runsPerMinute(runs []history.Run, now time.Time, def chartDef) chart.Chart 
 	series = slices.DeleteFunc(series, func(s chart.Series) bool {
 		return !slices.ContainsFunc(s.Points, func(p chart.Point) bool { return p.Y > 0 })
 	})
-	return chart.Chart{Title: def.Title, Desc: def.Alt, X: chart.Axis{Label: "Minute (UTC)", Time: true}, Y: chart.Axis{Label: "Runs"}, Series: series}
+	return chart.Chart{Title: def.Title, Desc: def.Alt, X: chart.Axis{Label: "Minute", Time: true}, Y: chart.Axis{Label: "Runs"}, Series: series}
 }
 
 // latency draws duration percentiles over up to 20 equal time buckets of
 // the runs given.
 func latency(runs []history.Run, def chartDef) chart.Chart {
-	c := chart.Chart{Title: def.Title, Desc: def.Alt, X: chart.Axis{Label: "Time (UTC)", Time: true}, Y: chart.Axis{Label: "Duration", Unit: "ms", Log: true}}
+	c := chart.Chart{Title: def.Title, Desc: def.Alt, X: chart.Axis{Label: "Time", Time: true}, Y: chart.Axis{Label: "Duration", Unit: "ms", Log: true}}
 	if len(runs) == 0 {
 		return c
 	}

@@ -149,6 +149,7 @@ type runData struct {
 	StdoutCut   bool // what the page shows is less than the run printed
 	StderrCut   bool
 	Cancelled   bool
+	CanRerun    bool
 }
 
 var imageExts = []string{".png", ".jpg", ".jpeg", ".gif", ".webp"}
@@ -172,7 +173,7 @@ func (d *Dash) runPage(w http.ResponseWriter, r *http.Request, v *viewer) {
 		d.errorPage(w, r, v, statusOf(err), "Reading the run failed: "+err.Error())
 		return
 	}
-	rd := runData{Run: run, Cancelled: r.URL.Query().Get("cancelled") != ""}
+	rd := runData{Run: run, Cancelled: r.URL.Query().Get("cancelled") != "", CanRerun: v.t.Rerun != nil && (run.Code != "" || run.Path != "")}
 	if len(run.Files) > 0 {
 		var c sandpit.Changes
 		if json.Unmarshal(run.Files, &c) == nil {
@@ -261,6 +262,55 @@ func (d *Dash) cancel(w http.ResponseWriter, r *http.Request, v *viewer) {
 		d.log.Info("dashboard: run cancelled by a person", "tenant", v.p.Tenant, "run", id)
 		http.Redirect(w, r, "/runs/"+urlPathEscape(id)+"?cancelled=1", http.StatusSeeOther)
 	}
+}
+
+func (d *Dash) recorded(w http.ResponseWriter, r *http.Request, v *viewer) (history.Run, bool) {
+	if v.t.History == nil || v.t.Rerun == nil {
+		d.notFound(w, r, v, "run with that id")
+		return history.Run{}, false
+	}
+	run, err := v.t.History.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		if errors.Is(err, sandpit.ErrNotFound) {
+			d.notFound(w, r, v, "run with that id")
+		} else {
+			d.errorPage(w, r, v, statusOf(err), "Reading the run failed: "+err.Error())
+		}
+		return history.Run{}, false
+	}
+	return run, true
+}
+
+func (d *Dash) rerunConfirm(w http.ResponseWriter, r *http.Request, v *viewer) {
+	run, ok := d.recorded(w, r, v)
+	if !ok {
+		return
+	}
+	what := "its code"
+	if run.Path != "" {
+		what = "the workspace file " + run.Path + " as it is now"
+	}
+	d.render(w, r, http.StatusOK, "confirm", v, map[string]any{
+		"Question": "Run " + run.ID + " again?",
+		"Detail":   "It runs " + what + " in a fresh sandbox, in the background, with the workspace as it is now; it may change files there. It is a new run in the history.",
+		"Action":   "/runs/" + run.ID + "/rerun",
+		"Button":   "Run it again",
+		"Back":     "/runs/" + run.ID,
+	})
+}
+
+func (d *Dash) rerun(w http.ResponseWriter, r *http.Request, v *viewer) {
+	run, ok := d.recorded(w, r, v)
+	if !ok {
+		return
+	}
+	id, err := v.t.Rerun(r.Context(), run)
+	if err != nil {
+		d.errorPage(w, r, v, statusOf(err), "It could not run again: "+err.Error())
+		return
+	}
+	d.log.Info("dashboard: run started again by a person", "tenant", v.p.Tenant, "run", run.ID, "new_run", id)
+	http.Redirect(w, r, "/runs/"+urlPathEscape(id), http.StatusSeeOther)
 }
 
 // --- Workspace ---

@@ -116,10 +116,11 @@ func (d *Dash) notFound(w http.ResponseWriter, r *http.Request, v *viewer, what 
 }
 
 // visible shows text a program wrote as text: control characters other
-// than newline and tab become their visible symbols (ESC is ␛, so an ANSI
-// colour code reads as ␛[31m), and bidirectional overrides, which can make
-// text read differently from what it is, are named. Invalid UTF-8 becomes
-// U+FFFD.
+// than newline and tab are written as Go escapes (ESC is \x1b, so an ANSI
+// colour code reads as \x1b[31m: every font has these glyphs, unlike the
+// Unicode control pictures), and bidirectional overrides, which can make
+// text read differently from what it is, are written as \u202e. Invalid
+// UTF-8 becomes U+FFFD.
 func visible(s string) string {
 	if !needsVisible(s) {
 		return s
@@ -129,12 +130,10 @@ func visible(s string) string {
 		switch {
 		case r == '\n' || r == '\t':
 			b.WriteRune(r)
-		case r < 0x20:
-			b.WriteRune(0x2400 + r)
-		case r == 0x7f:
-			b.WriteRune('\u2421')
+		case r < 0x20, r == 0x7f:
+			fmt.Fprintf(&b, "\\x%02x", r)
 		case r >= 0x80 && r < 0xa0, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069, r == 0x200e, r == 0x200f:
-			fmt.Fprintf(&b, "⟨U+%04X⟩", r)
+			fmt.Fprintf(&b, "\\u%04x", r)
 		default:
 			b.WriteRune(r)
 		}
