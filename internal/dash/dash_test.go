@@ -62,7 +62,7 @@ type fixture struct {
 	hist    map[string]*history.DB
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	f := &fixture{
 		auth: &tokens{m: map[string]auth.Principal{
@@ -144,7 +144,7 @@ func get(t *testing.T, c *http.Client, u string, hdr ...string) (*http.Response,
 
 var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
-func record(t *testing.T, h *history.DB, r history.Run) {
+func record(t testing.TB, h *history.DB, r history.Run) {
 	t.Helper()
 	if r.Started.IsZero() {
 		r.Started = time.Now().UTC()
