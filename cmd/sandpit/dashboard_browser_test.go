@@ -270,8 +270,12 @@ func TestDashboardBrowser(t *testing.T) {
 	if again == plot.ID || again == "" {
 		t.Errorf("running again gave run %q (the first was %s)", again, plot.ID)
 	}
-	if r := call(t, alice, "get_run", map[string]any{"id": again}); r.IsError {
-		t.Errorf("the run started again is unknown to the agent: %s", text(r))
+	// It runs in the background; the restore below waits for no run.
+	if !testenv.Poll(testenv.Patience, func() bool {
+		r := call(t, alice, "get_run", map[string]any{"id": again})
+		return !r.IsError && structuredMap(t, r)["status"] != "running"
+	}) {
+		t.Errorf("the run started again (%s) did not end, or is unknown to the agent", again)
 	}
 
 	// What a program prints is text: no dialog, the markup and the escape

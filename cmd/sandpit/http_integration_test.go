@@ -585,3 +585,96 @@ func TestStdioDataDir(t *testing.T) {
 		t.Errorf("serve --tls-cert without --listen: %v %s", err, out)
 	}
 }
+
+// sandpit ui beside a running stdio server (issue 28): the pages show the
+// server's history, run output and workspace as it writes them; nothing
+// can be changed through them; it serves no MCP and only on loopback.
+func TestUIBesideStdioServer(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	c := startServer(t, nil, "--address", testenv.Containerd(t), "--no-start", "--build-images=false",
+		"--instance", testenv.Instance(t), "--state-dir", filepath.Join(dir, "state"), "--data-dir", data)
+	run := runResult(t, call(t, c, "run_code", map[string]any{"language": "bash", "code": "echo '<b>from stdio</b>' > made.txt; cat made.txt"}))
+	if run.Status != "success" {
+		t.Fatalf("run: %+v", run)
+	}
+	tok := token(t, data, "me")
+
+	if out, err := exec.Command(binPath, "ui", "--listen", "0.0.0.0:0", "--data-dir", data).CombinedOutput(); err == nil || !strings.Contains(string(out), "loopback") {
+		t.Errorf("ui on 0.0.0.0: %v %s", err, out)
+	}
+	ui := exec.Command(binPath, "ui", "--listen", "127.0.0.1:0", "--data-dir", data)
+	stderr := &syncBuffer{}
+	ui.Stderr = stderr
+	if err := ui.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ui.Process.Signal(syscall.SIGTERM); ui.Wait() })
+	urlRE := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+)/`)
+	var base string
+	if !testenv.Poll(testenv.Patience, func() bool {
+		m := urlRE.FindStringSubmatch(stderr.String())
+		if m != nil {
+			base = m[1]
+		}
+		return m != nil
+	}) {
+		t.Fatalf("sandpit ui logged no address:\n%s", stderr.String())
+	}
+	get := func(path string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if st, body := get("/runs"); st != 200 || !strings.Contains(body, run.ID) {
+		t.Errorf("/runs: %d, lists run %s: %v", st, run.ID, strings.Contains(body, run.ID))
+	}
+	if st, body := get("/runs/" + run.ID); st != 200 || !strings.Contains(body, "&lt;b&gt;from stdio&lt;/b&gt;") || strings.Contains(body, "rerun") {
+		t.Errorf("/runs/%s: %d; escaped output shown: %v; offers to run again: %v", run.ID, st, strings.Contains(body, "&lt;b&gt;from stdio"), strings.Contains(body, "rerun"))
+	}
+	if st, body := get("/workspace"); st != 200 || !strings.Contains(body, "made.txt") {
+		t.Errorf("/workspace: %d\n%s", st, body)
+	}
+	// A run made after ui started shows too: it reads, it does not copy.
+	later := runResult(t, call(t, c, "run_code", map[string]any{"language": "bash", "code": "echo later"}))
+	if _, body := get("/runs"); !strings.Contains(body, later.ID) {
+		t.Error("a run recorded after ui started is not listed")
+	}
+	req, _ := http.NewRequest(http.MethodPost, base+"/runs/"+run.ID+"/rerun", strings.NewReader(""))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusForbidden {
+		t.Errorf("POST rerun through the read-only ui: %s", res.Status)
+	}
+	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
+	req, _ = http.NewRequest(http.MethodPost, base+"/mcp", strings.NewReader(init))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if res, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusForbidden || !strings.Contains(string(b), "serves no MCP") {
+			t.Errorf("initialize on ui: %s %s", res.Status, b)
+		}
+	}
+	if res, err := http.Get(base + "/runs"); err == nil {
+		res.Body.Close()
+		if res.Request.URL.Path != "/login" {
+			t.Errorf("/runs without a token ended at %s", res.Request.URL)
+		}
+	}
+}

@@ -47,6 +47,7 @@ func main() {
 			versionCommand(),
 			imagesCommand(),
 			historyCommand(),
+			uiCommand(),
 			benchCommand(),
 			containerdCommand(),
 			tokenCommand(),

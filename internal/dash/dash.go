@@ -90,6 +90,9 @@ type Config struct {
 	NoAuth       bool
 	NoAuthTenant string
 	Tenants      Source
+	// ReadOnly serves reading only: no cancel, restore or run again
+	// (sandpit ui, beside a stdio server that owns the state).
+	ReadOnly bool
 	// Secure marks the session cookie Secure (the server is reached over
 	// TLS, its own or a proxy's).
 	Secure bool
@@ -246,6 +249,10 @@ func (d *Dash) tenantAction(scope string, f pageFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		v, ok := d.viewer(w, r, scope)
 		if !ok {
+			return
+		}
+		if d.cfg.ReadOnly {
+			d.errorPage(w, r, v, http.StatusForbidden, "This view is read-only (sandpit ui reads a stdio server's state): cancel, restore or run through the agent, or serve the dashboard with sandpit serve --listen.")
 			return
 		}
 		if v.login != nil && !v.login.csrfOK(r.PostFormValue("csrf")) {

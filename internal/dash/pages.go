@@ -44,9 +44,10 @@ var (
 // --- Live ---
 
 type liveData struct {
-	Runs     []mcp.LiveRun
-	Sessions []sandpit.SessionInfo
-	HasRuns  bool // the server tracks runs in flight
+	Runs        []mcp.LiveRun
+	Sessions    []sandpit.SessionInfo
+	HasRuns     bool // the server tracks runs in flight
+	HasSessions bool
 }
 
 func (d *Dash) live(v *viewer) liveData {
@@ -56,6 +57,7 @@ func (d *Dash) live(v *viewer) liveData {
 		ld.Runs = v.t.Runs.Live()
 	}
 	if v.t.Sessions != nil {
+		ld.HasSessions = true
 		ld.Sessions = v.t.Sessions()
 		slices.SortFunc(ld.Sessions, func(a, b sandpit.SessionInfo) int { return strings.Compare(a.Name, b.Name) })
 	}

@@ -25,7 +25,10 @@ type page struct {
 	Tenant string
 	CSRF   string
 	Login  bool // a login session: show the logout form
-	Data   any
+	// Actions: the viewer may cancel, restore and run again (not in a
+	// read-only view).
+	Actions bool
+	Data    any
 }
 
 func (d *Dash) parse() error {
@@ -81,7 +84,7 @@ func (d *Dash) renderPage(w http.ResponseWriter, status int, name, entry string,
 		d.plain(w, http.StatusInternalServerError, "no page "+name)
 		return
 	}
-	p := page{Title: titles[name], Nav: name, Data: data}
+	p := page{Title: titles[name], Nav: name, Data: data, Actions: !d.cfg.ReadOnly}
 	if v != nil {
 		p.Tenant, p.CSRF, p.Login = v.p.Tenant, v.csrf(), v.login != nil
 	}
