@@ -96,6 +96,7 @@ func addResources(s *server.MCPServer, cfg Config) {
 		), func(ctx context.Context, req mcpgo.ReadResourceRequest) ([]mcpgo.ResourceContents, error) {
 			return jsonContents(req.Params.URI, map[string]any{"languages": cfg.Runner.Languages()})
 		})
+		addRunApp(s)
 	}
 	if cfg.Files != nil {
 		addWorkspaceResource(s, cfg)

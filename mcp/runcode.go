@@ -64,6 +64,7 @@ func runCodeTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		mcpgo.WithOutputSchema[RunCodeResult](),
 		mcpgo.WithDestructiveHintAnnotation(false),
 		mcpgo.WithOpenWorldHintAnnotation(false),
+		withRunApp(),
 	)
 	handler := handle(cfg, tool, func(ctx context.Context, args RunCodeArgs) (any, string, error) {
 		req, err := cfg.runRequest(args)
