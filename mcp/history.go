@@ -317,6 +317,7 @@ func getRunTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		mcpgo.WithOutputSchema[RunRecord](),
 		mcpgo.WithReadOnlyHintAnnotation(true),
 		mcpgo.WithOpenWorldHintAnnotation(false),
+		withRunApp(),
 	)
 	handler := handle(cfg, tool, func(ctx context.Context, a GetRunArgs) (any, string, error) {
 		if l := cfg.Runs.get(a.ID); l != nil {
