@@ -52,6 +52,12 @@ type Request struct {
 	ID string
 	// Output, when set, sees the program's output as it is written.
 	Output OutputFunc
+	// WatchUsage, when set, is given (once the run's sandbox exists) a
+	// function that reads its usage so far: CPU time, peak memory and
+	// processes, for a person watching it run. The function is cheap,
+	// safe to call from any goroutine, and reads zeros once the sandbox is
+	// gone or where the counters cannot be read.
+	WatchUsage func(read func() Usage)
 }
 
 // Result is what a run produced and what it cost.

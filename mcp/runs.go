@@ -86,6 +86,7 @@ type liveRun struct {
 	stopped    atomic.Int64 // when ctx ended, in Unix nanoseconds; 0 while it runs
 
 	mu             sync.Mutex
+	usage          func() sandpit.Usage // set by the runtime once the sandbox exists
 	stdout, stderr liveStream
 	tail           lineTail // both streams, in arrival order, for progress messages
 	seq            int64    // bumped by every write
@@ -177,7 +178,16 @@ func newRunID() string {
 func (rs *Runs) start(ctx context.Context, req *sandpit.Request, background bool, cancel context.CancelCauseFunc) (*liveRun, error) {
 	req.ID = newRunID()
 	l := &liveRun{id: req.ID, req: *req, started: time.Now(), background: background, ctx: ctx, cancel: cancel, done: make(chan struct{})}
-	l.req.Output, l.req.Workspace = nil, nil
+	l.req.Output, l.req.Workspace, l.req.WatchUsage = nil, nil, nil
+	prevWatch := req.WatchUsage
+	req.WatchUsage = func(read func() sandpit.Usage) {
+		l.mu.Lock()
+		l.usage = read
+		l.mu.Unlock()
+		if prevWatch != nil {
+			prevWatch(read)
+		}
+	}
 	prev := req.Output
 	req.Output = func(s sandpit.Stream, p []byte) {
 		l.output(s, p)
@@ -341,6 +351,9 @@ type LiveRun struct {
 	// newest lines of both.
 	StdoutBytes, StderrBytes int64
 	Tail                     string
+	// Usage is its sandbox's CPU time and peak memory so far (zero before
+	// the sandbox exists, for a session call, or where unreadable).
+	Usage sandpit.Usage
 }
 
 // PreviewChars bounds LiveRun.Code.
@@ -357,6 +370,7 @@ func (rs *Runs) Live() []LiveRun {
 	out := make([]LiveRun, 0, len(ls))
 	for _, l := range ls {
 		l.mu.Lock()
+		read := l.usage
 		lr := LiveRun{
 			ID: l.id, Language: l.req.Language, Session: l.req.Session, Path: l.req.Path,
 			Code: clipRunes(l.req.Code, PreviewChars), Started: l.started, Background: l.background,
@@ -364,6 +378,9 @@ func (rs *Runs) Live() []LiveRun {
 			StdoutBytes: l.stdout.total, StderrBytes: l.stderr.total, Tail: l.tail.lines(),
 		}
 		l.mu.Unlock()
+		if read != nil {
+			lr.Usage = read() // cgroup files: outside the lock
+		}
 		out = append(out, lr)
 	}
 	slices.SortFunc(out, func(a, b LiveRun) int { return a.Started.Compare(b.Started) })

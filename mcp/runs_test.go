@@ -27,6 +27,9 @@ func newLiveRunner() *liveRunner {
 }
 
 func (r *liveRunner) Run(ctx context.Context, req sandpit.Request) (*sandpit.Result, error) {
+	if req.WatchUsage != nil {
+		req.WatchUsage(func() sandpit.Usage { return sandpit.Usage{CPUUserMS: 7, MemoryPeakBytes: 1 << 20} })
+	}
 	req.Output(sandpit.Stdout, []byte("hello\n"))
 	r.started <- req
 	var tick <-chan time.Time
@@ -293,7 +296,7 @@ func TestLiveAndCancelByPerson(t *testing.T) {
 	if len(live) != 2 || live[0].ID != a.ID || live[1].ID != b.ID {
 		t.Fatalf("Live: %+v, want %s then %s", live, a.ID, b.ID)
 	}
-	if l := live[0]; l.Code != "first()" || l.Language != "python" || !l.Background || l.StdoutBytes != 6 || l.Tail != "hello" || l.Stopping {
+	if l := live[0]; l.Code != "first()" || l.Language != "python" || !l.Background || l.StdoutBytes != 6 || l.Tail != "hello" || l.Stopping || l.Usage.CPUUserMS != 7 || l.Usage.MemoryPeakBytes != 1<<20 {
 		t.Errorf("Live[0]: %+v", l)
 	}
 	found, ended, err := runs.CancelByPerson(t.Context(), a.ID, testenv.Patience)

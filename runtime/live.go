@@ -77,3 +77,19 @@ func (f *markerFilter) write(p []byte) {
 	}
 	f.held = nil
 }
+
+// watchUsage gives fn a reader of sb's cgroup counters (req.WatchUsage).
+func (r *Runtime) watchUsage(sb *sandbox, fn func(func() sandpit.Usage)) {
+	if fn == nil {
+		return
+	}
+	f := r.fallback()
+	if !f.killAll {
+		return // no cgroup of its own: the counters would be a parent's
+	}
+	path := f.cgroupParent + r.cgroupPath(sb.id)
+	fn(func() sandpit.Usage {
+		u, _ := r.cgroups.usage(path)
+		return u
+	})
+}

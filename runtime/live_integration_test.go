@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"testing"
@@ -40,6 +41,50 @@ func TestLiveOutput(t *testing.T) {
 					t.Errorf("%s: status %s, stdout %q live %q, stderr %q live %q", tt.lang, res.Status, res.Stdout, live[sandpit.Stdout], res.Stderr, live[sandpit.Stderr])
 				}
 				mu.Unlock()
+			}
+		})
+	}
+}
+
+// Request.WatchUsage reads a run's CPU time and memory while it runs,
+// pooled or cold: a program that spins until it is stopped is stopped by
+// the watcher once it has seen 200 ms of its CPU time; a run the watcher
+// never sees growing ends by its timeout instead, and fails the test.
+func TestWatchUsage(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		mod  func(*runtime.Config)
+	}{{"cold", func(*runtime.Config) {}}, {"pooled", withPool(1, time.Minute)}} {
+		t.Run(mode.name, func(t *testing.T) {
+			r := newRuntime(t, mode.mod)
+			if mode.name == "pooled" {
+				waitReady(t, r, "python", 1)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			seen := make(chan sandpit.Usage, 1)
+			watch := func(read func() sandpit.Usage) {
+				go func() {
+					for ctx.Err() == nil {
+						if u := read(); u.CPUUserMS+u.CPUSystemMS >= 200 && u.MemoryPeakBytes > 0 {
+							seen <- u
+							cancel()
+							return
+						}
+						time.Sleep(50 * time.Millisecond)
+					}
+				}()
+			}
+			res, err := r.Run(ctx, sandpit.Request{Language: "python", Code: "while True:\n    pass", Timeout: 2 * time.Minute, WatchUsage: watch})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Status != sandpit.StatusCancelled {
+				t.Fatalf("the spinning run ended %s, not cancelled by its watcher (usage %+v)", res.Status, res.Usage)
+			}
+			u := <-seen
+			if got, total := u.CPUUserMS+u.CPUSystemMS, res.Usage.CPUUserMS+res.Usage.CPUSystemMS; total > 0 && got > total+50 {
+				t.Errorf("CPU seen while running %d ms, more than the result's %d ms", got, total)
 			}
 		})
 	}

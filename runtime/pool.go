@@ -517,6 +517,7 @@ func (r *Runtime) runWarm(ctx context.Context, w *warm, lang *LanguageSpec, req 
 	}
 	mode, header := initRequest(lang, req, cwd)
 	watchOutput(w.sb, req.Output, mode)
+	r.watchUsage(w.sb, req.WatchUsage)
 	w.sb.stdin.send(deadlineLine(deadline), header, req.Stdin)
 	out, err := r.await(ctx, w.sb, deadline)
 	if err != nil {

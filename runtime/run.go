@@ -216,6 +216,7 @@ func (r *Runtime) initRun(ctx context.Context, c *containerd.Client, img contain
 	*made = append(*made, sb)
 	tCreate := time.Since(t0)
 	watchOutput(sb, req.Output, mode)
+	r.watchUsage(sb, req.WatchUsage)
 	if err := r.start(ctx, sb); err != nil {
 		return nil, err
 	}

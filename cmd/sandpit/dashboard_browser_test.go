@@ -231,6 +231,13 @@ func TestDashboardBrowser(t *testing.T) {
 	bg := runResult(t, call(t, alice, "run_code", map[string]any{"language": "bash", "code": "echo started; sleep 55", "background": true, "timeout_seconds": 58}))
 	row := `tr[data-run="` + bg.ID + `"]`
 	a.do(t, "the background run appears in Live", chromedp.WaitVisible(chromedp.CSS(row)))
+	// With its memory as it runs (the page refreshes the row).
+	if !testenv.Poll(testenv.Patience, func() bool {
+		m := run(t, a, "the live row's memory", chromedp.Evaluate[string](`(document.querySelector('`+row+` td.mem') || {}).textContent || ""`))
+		return m != "" && m != "0 B"
+	}) {
+		t.Error("Live never showed the running sandbox's memory")
+	}
 	a.screenshot(t, "live-running")
 	// Cancelled from the page, through its confirmation.
 	a.do(t, "cancel it", chromedp.Click(chromedp.CSS(row+` a.danger`)), chromedp.WaitVisible(chromedp.ID("confirm")))

@@ -664,3 +664,21 @@ func (b *blockingRunner) Run(ctx context.Context, req sandpit.Request) (*sandpit
 }
 
 func (b *blockingRunner) Languages() []sandpit.Language { return []sandpit.Language{{Name: "python"}} }
+
+// Live shows sessions with their memory and CPU.
+func TestLiveSessions(t *testing.T) {
+	f := newFixture(t)
+	f.tenants["alice"].Sessions = func() []sandpit.SessionInfo {
+		return []sandpit.SessionInfo{{Name: "<s1>", Language: "python", Started: time.Now().Add(-time.Minute), LastUsed: time.Now(),
+			Calls: 3, MemoryBytes: 40 << 20, CPUUserMS: 1500, Running: "r9"}}
+	}
+	res, body := get(t, http.DefaultClient, f.srv.URL+"/live", "Authorization", "Bearer tok-a")
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("/live: %s\n%s", res.Status, body)
+	}
+	for _, want := range []string{"&lt;s1&gt;", "40.0 MiB", "1.5 s user", `<span class="tag">running</span>`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/live lacks %q:\n%s", want, body)
+		}
+	}
+}

@@ -34,6 +34,8 @@ type page struct {
 func (d *Dash) parse() error {
 	funcs := template.FuncMap{
 		"bytes":   humanBytes,
+		"ubytes":  func(n uint64) string { return humanBytes(int64(min(n, 1<<62))) },
+		"add":     func(a, b int64) int64 { return a + b },
 		"ms":      humanMS,
 		"visible": visible,
 		"code":    highlight,
