@@ -32,14 +32,18 @@ func handle[A any](cfg Config, tool mcpgo.Tool, fn func(ctx context.Context, a A
 	}
 	return func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
 		if err := validateArgs(schema, req); err != nil {
+			cfg.Events.record(tool.Name, err)
 			return toolError(cfg.Logger, tool.Name, err), nil
 		}
 		var a A
 		if err := req.BindArguments(&a); err != nil {
-			return toolError(cfg.Logger, tool.Name, argErrorf("arguments do not decode: %v", err)), nil
+			err = argErrorf("arguments do not decode: %v", err)
+			cfg.Events.record(tool.Name, err)
+			return toolError(cfg.Logger, tool.Name, err), nil
 		}
 		out, text, err := fn(withProgressToken(ctx, req), a)
 		if err != nil {
+			cfg.Events.record(tool.Name, err)
 			return toolError(cfg.Logger, tool.Name, err), nil
 		}
 		if tr, ok := out.(toolResult); ok {

@@ -77,6 +77,9 @@ type Config struct {
 	// makes it closes it after the server stops. Nil: one without
 	// background runs.
 	Runs *Runs
+	// Events, when set, keeps the tool calls refused or failed, for a
+	// person watching (the dashboard's security view).
+	Events *Events
 
 	metrics *metrics // set by NewServer
 }

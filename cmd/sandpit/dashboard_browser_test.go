@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -201,8 +202,18 @@ func TestDashboardBrowser(t *testing.T) {
 	bin := browserPath(t)
 	data := filepath.Join(t.TempDir(), "data")
 	ta, tbTok := token(t, data, "alice"), token(t, data, "bob")
-	srv := startHTTP(t, data)
+	srv := startHTTP(t, data, "--operator", "bob")
 	alice := httpClient(t, srv.url, ta)
+	// A call the server refuses, and a request with no token: the security
+	// and operator pages show them.
+	if r := call(t, alice, "run_code", map[string]any{"language": "python", "code": "1", "timeout_seconds": 1e9}); !r.IsError {
+		t.Fatalf("an absurd timeout was accepted: %s", text(r))
+	}
+	if res, err := http.Post(srv.url, "application/json", strings.NewReader("{}")); err != nil || res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("POST without a token: %v %v", res, err)
+	} else {
+		res.Body.Close()
+	}
 
 	// alice's state: a run with a plot, a hostile run, a snapshot.
 	plot := runResult(t, call(t, alice, "run_code", map[string]any{"language": "python", "code": strings.Join([]string{
@@ -322,6 +333,11 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Errorf("%d of 3 charts loaded", charts)
 	}
 	a.screenshot(t, "metrics")
+	a.do(t, "security", chromedp.Navigate(srv.base+"/security"), chromedp.WaitVisible(chromedp.ID("events")))
+	if ev := a.text(t, "#events"); !strings.Contains(ev, "refused") || !strings.Contains(ev, "timeout") {
+		t.Errorf("alice's security page: %q", ev)
+	}
+	a.screenshot(t, "security")
 	a.check(t)
 
 	// Tenant B's browser: alice's run is "not found", as one that never was.
@@ -347,6 +363,13 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Error("bob's page shows alice's output")
 	}
 	b.screenshot(t, "other-tenant-404")
+	// bob is an operator: every tenant, and the request refused for want
+	// of a token.
+	b.do(t, "operator", chromedp.Navigate(srv.base+"/operator"), chromedp.WaitVisible(chromedp.CSS(`tr[data-tenant="alice"]`)))
+	if ev := b.text(t, "#server-events"); !strings.Contains(ev, "HTTP 401") {
+		t.Errorf("the operator's refused requests: %q", ev)
+	}
+	b.screenshot(t, "operator")
 	b.check(t)
 	// A page that exists still shows bob his own (empty) history.
 	b.do(t, "bob's history", chromedp.Navigate(srv.base+"/runs"), chromedp.WaitVisible(chromedp.ID("no-runs")))

@@ -33,6 +33,7 @@ func httpFlags() []cli.Flag {
 		&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS with this PEM certificate (with --tls-key)"},
 		&cli.StringFlag{Name: "tls-key", Usage: "the PEM private key of --tls-cert"},
 		&cli.BoolFlag{Name: "insecure-http", Usage: "allow plain HTTP on a non-loopback --listen: a proxy in front terminates TLS"},
+		&cli.StringSliceFlag{Name: "operator", Usage: "a tenant (token name or OAuth subject) who also sees the dashboard's operator page: every tenant's figures and the requests the server refused (repeatable)"},
 		&cli.BoolFlag{Name: "no-dashboard", Usage: "serve MCP only: no dashboard pages at / (they are served behind the same authentication by default)"},
 		&cli.BoolFlag{Name: "insecure-no-auth", Usage: "no authentication (every client is tenant \"default\"); refused unless --listen is a loopback address"},
 		&cli.StringFlag{Name: "public-url", Usage: "the base URL clients reach this server at (scheme://host[:port]), when it is not --listen's: the OAuth resource is URL/mcp; requests must name its host"},
@@ -57,7 +58,7 @@ func httpFlags() []cli.Flag {
 func checkHTTPFlags(c *cli.Context) error {
 	listen := c.String("listen") != ""
 	if !listen {
-		for _, f := range []string{"tls-cert", "tls-key", "insecure-http", "insecure-no-auth", "public-url", "allow-origin", "allow-host", "oauth-issuer", "oauth-introspect", "oauth-introspection-url", "oauth-introspection-client"} {
+		for _, f := range []string{"tls-cert", "tls-key", "insecure-http", "insecure-no-auth", "operator", "no-dashboard", "public-url", "allow-origin", "allow-host", "oauth-issuer", "oauth-introspect", "oauth-introspection-url", "oauth-introspection-client"} {
 			if c.IsSet(f) {
 				return fmt.Errorf("--%s needs --listen HOST:PORT (without it sandpit serves stdio)", f)
 			}
@@ -133,12 +134,16 @@ func serveHTTP(c *cli.Context, rt *runtime.Runtime, in *instance.Instance, base 
 			fc.AuthorizationServers = []string{iss}
 		}
 	}
+	serverEvents := mcp.NewEvents(1000)
+	fc.Events = serverEvents
 	if !c.Bool("no-dashboard") {
 		// The dashboard is served beside /mcp, behind the same checks and
 		// the same tokens.
 		secure := fc.TLSCert != "" || strings.HasPrefix(fc.PublicURL, "https://")
 		pages, err := dash.New(dash.Config{Auth: late, NoAuth: fc.InsecureNoAuth, NoAuthTenant: front.NoAuthTenant,
-			Tenants: dash.SourceFunc(ts.Dash), Secure: secure, Logger: slog.Default()})
+			Tenants: dash.SourceFunc(ts.Dash), Secure: secure, Logger: slog.Default(),
+			Operators: c.StringSlice("operator"), ServerEvents: serverEvents,
+			Summaries: func(ctx context.Context) ([]dash.TenantSummary, error) { return tenantSummaries(ctx, dir, ts) }})
 		if err != nil {
 			ln.Close()
 			return err
@@ -240,3 +245,20 @@ func httpAuth(ctx context.Context, c *cli.Context, resource string) (auth.Authen
 
 // oauthTimeout bounds the issuer's discovery at start-up.
 const oauthTimeout = 30 * time.Second
+
+// tenantSummaries is every tenant of dir for the operator's page, with the
+// refused calls of those served now.
+func tenantSummaries(ctx context.Context, dir string, ts *tenants) ([]dash.TenantSummary, error) {
+	reports, err := tenantReports(ctx, dir, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	open := ts.refusals()
+	out := make([]dash.TenantSummary, 0, len(reports))
+	for _, r := range reports {
+		counts, ok := open[r.Name]
+		out = append(out, dash.TenantSummary{Name: r.Name, Runs: r.Runs, LastRun: r.LastRun, CPUHourMS: r.CPUHourMS,
+			FailedHour: r.Failed, WorkspaceBytes: r.WorkspaceBytes, Open: ok, Refusals: counts})
+	}
+	return out, nil
+}

@@ -99,6 +99,31 @@ func newTenants(c *cli.Context, rt *runtime.Runtime, base mcp.Config, dataDir, v
 	}, nil
 }
 
+// tenantEvents is how many refused or failed calls a tenant's security
+// view keeps.
+const tenantEvents = 500
+
+// refusals gives the open tenants' counts of refused or failed calls.
+func (ts *tenants) refusals() map[string]map[string]int64 {
+	ts.mu.Lock()
+	open := make(map[string]*tenant, len(ts.open))
+	for n, t := range ts.open {
+		open[n] = t
+	}
+	ts.mu.Unlock()
+	out := map[string]map[string]int64{}
+	for n, t := range open {
+		select {
+		case <-t.ready:
+			if t.err == nil {
+				out[n] = t.view.Events.Counts()
+			}
+		default:
+		}
+	}
+	return out
+}
+
 // ErrTooManyTenants: the server holds --max-tenants tenants open.
 var ErrTooManyTenants = sandpit.Define(sandpit.ErrResourceExhausted, "too many tenants")
 
@@ -199,6 +224,7 @@ func (ts *tenants) build(name string) (*server.MCPServer, *dash.Tenant, func(), 
 		cfg.Sessions = tr
 		cfg.SessionLimits.Max = ts.rt.SessionConfig().PerTenantLimit()
 	}
+	cfg.Events = mcp.NewEvents(tenantEvents)
 	nbg := ts.c.Int("max-background")
 	if nbg == 0 {
 		nbg = -1
@@ -207,7 +233,7 @@ func (ts *tenants) build(name string) (*server.MCPServer, *dash.Tenant, func(), 
 	closers = append(closers, runs.Close) // closed first: background runs are recorded while the rest is open
 	cfg.Runs = runs
 	slog.Info("tenant ready", "tenant", name)
-	view := &dash.Tenant{Runs: runs}
+	view := &dash.Tenant{Runs: runs, Events: cfg.Events}
 	if cfg.History != nil {
 		view.History = cfg.History
 	}

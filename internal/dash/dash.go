@@ -24,6 +24,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -65,6 +66,20 @@ type Tenant struct {
 	// Rerun, when set, starts a recorded run's program again in a fresh
 	// sandbox, in the background, and returns the new run's id.
 	Rerun func(ctx context.Context, r history.Run) (string, error)
+	// Events are the tenant's tool calls refused or failed.
+	Events *mcp.Events
+}
+
+// TenantSummary is one tenant in the operator's view.
+type TenantSummary struct {
+	Name           string
+	Runs           int64
+	LastRun        time.Time
+	CPUHourMS      int64
+	FailedHour     int64
+	WorkspaceBytes int64
+	Open           bool             // served now (its refusals are known)
+	Refusals       map[string]int64 // by kind, since the server started
 }
 
 // Source gives a tenant's state; an error is classed as the front's
@@ -93,6 +108,14 @@ type Config struct {
 	// ReadOnly serves reading only: no cancel, restore or run again
 	// (sandpit ui, beside a stdio server that owns the state).
 	ReadOnly bool
+	// Operators are the tenants (token names, OAuth subjects) who also see
+	// /operator: every tenant's figures and the server's refusals.
+	Operators []string
+	// Summaries lists every tenant, for operators.
+	Summaries func(ctx context.Context) ([]TenantSummary, error)
+	// ServerEvents are the requests the front refused (no token, a bad
+	// one, a foreign Origin, a bound), for operators.
+	ServerEvents *mcp.Events
 	// Secure marks the session cookie Secure (the server is reached over
 	// TLS, its own or a proxy's).
 	Secure bool
@@ -119,7 +142,7 @@ var templateFS embed.FS
 var staticFS embed.FS
 
 // Paths the dashboard serves (beside the front's MCP routes).
-var Paths = []string{"/", "/login", "/logout", "/live", "/runs", "/runs/", "/workspace", "/workspace/", "/snapshots", "/snapshots/", "/metrics", "/static/", "/favicon.ico"}
+var Paths = []string{"/", "/login", "/logout", "/live", "/runs", "/runs/", "/workspace", "/workspace/", "/snapshots", "/snapshots/", "/metrics", "/security", "/operator", "/static/", "/favicon.ico"}
 
 // New returns a Dash.
 func New(cfg Config) (*Dash, error) {
@@ -180,6 +203,8 @@ func (d *Dash) routes() {
 	m.HandleFunc("GET /snapshots/{id}/restore", d.tenantPage(auth.ScopeFiles, d.restoreConfirm))
 	m.HandleFunc("POST /snapshots/{id}/restore", d.tenantAction(auth.ScopeFiles, d.restore))
 	m.HandleFunc("GET /metrics", d.tenantPage(auth.ScopeRun, d.metricsPage))
+	m.HandleFunc("GET /security", d.tenantPage(auth.ScopeRun, d.securityPage))
+	m.HandleFunc("GET /operator", d.tenantPage(auth.ScopeRun, d.operatorPage))
 	m.HandleFunc("GET /metrics/{chart}", d.tenantPage(auth.ScopeRun, d.metricsChart))
 	d.mux = m
 }
@@ -215,9 +240,10 @@ func (d *Dash) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // viewer is who a request acts for.
 type viewer struct {
-	p     auth.Principal
-	login *login // nil for a bearer or no-auth request
-	t     *Tenant
+	p        auth.Principal
+	login    *login // nil for a bearer or no-auth request
+	t        *Tenant
+	operator bool
 }
 
 // csrf is the token a POST form of this viewer carries.
@@ -298,6 +324,7 @@ func (d *Dash) viewer(w http.ResponseWriter, r *http.Request, scope string) (*vi
 		d.errorPage(w, r, v, http.StatusForbidden, fmt.Sprintf("Your token does not allow this page: it needs the scope %s.", scope))
 		return nil, false
 	}
+	v.operator = slices.Contains(d.cfg.Operators, v.p.Tenant)
 	t, err := d.cfg.Tenants.Tenant(r.Context(), v.p.Tenant)
 	if err != nil {
 		d.log.Warn("dashboard: tenant unavailable", "err", err)

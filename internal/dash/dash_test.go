@@ -573,7 +573,7 @@ func TestMetricsCharts(t *testing.T) {
 			t.Errorf("%s has script or inline style", c.Name)
 		}
 	}
-	if !strings.Contains(page, `<a href="/runs/m2">`) {
+	if _, sec := get(t, http.DefaultClient, f.srv.URL+"/security", "Authorization", "Bearer tok-a"); !strings.Contains(sec, `<a href="/runs/m2">`) {
 		t.Error("the timed-out run is not among the runs that met a limit")
 	}
 }
@@ -680,5 +680,46 @@ func TestLiveSessions(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("/live lacks %q:\n%s", want, body)
 		}
+	}
+}
+
+// Security shows a tenant its own refused calls, escaped; Operator shows
+// operators every tenant and the server's refusals, and is "not found" to
+// anyone else.
+func TestSecurityAndOperator(t *testing.T) {
+	f := newFixture(t)
+	f.tenants["alice"].Events = mcp.NewEvents(10)
+	f.tenants["bob"].Events = mcp.NewEvents(10)
+	f.tenants["alice"].Events.Add(mcp.Event{Kind: mcp.EventRefused, Tool: "run_code", Message: "unknown language \"<script>\""})
+	server := mcp.NewEvents(10)
+	server.Add(mcp.Event{Kind: mcp.EventRefused, Tool: "HTTP 401", Message: "invalid_token: the bearer token is not valid here"})
+	d, err := New(Config{Auth: f.auth, Logger: slog.New(slog.DiscardHandler), Operators: []string{"bob"}, ServerEvents: server,
+		Tenants: SourceFunc(func(ctx context.Context, name string) (*Tenant, error) { return f.tenants[name], nil }),
+		Summaries: func(context.Context) ([]TenantSummary, error) {
+			return []TenantSummary{{Name: "alice", Runs: 3, Open: true, Refusals: f.tenants["alice"].Events.Counts()}, {Name: "bob"}}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	_, body := get(t, http.DefaultClient, srv.URL+"/security", "Authorization", "Bearer tok-a")
+	if !strings.Contains(body, "1 refused") || !strings.Contains(body, "unknown language &#34;&lt;script&gt;&#34;") {
+		t.Errorf("alice's security page:\n%s", body)
+	}
+	_, body = get(t, http.DefaultClient, srv.URL+"/security", "Authorization", "Bearer tok-b")
+	if strings.Contains(body, "unknown language") || !strings.Contains(body, `id="no-events"`) {
+		t.Errorf("bob's security page shows alice's events:\n%s", body)
+	}
+	// alice is no operator: the page does not exist for her, word for word.
+	r1, b1 := get(t, http.DefaultClient, srv.URL+"/operator", "Authorization", "Bearer tok-a")
+	r2, b2 := get(t, http.DefaultClient, srv.URL+"/runs/nosuch/stdout?x", "Authorization", "Bearer tok-a")
+	_ = b2
+	if r1.StatusCode != http.StatusNotFound || strings.Contains(b1, "HTTP 401") || r2.StatusCode != http.StatusNotFound || strings.Contains(b1, `href="/operator"`) {
+		t.Errorf("/operator for a non-operator: %s\n%s", r1.Status, b1)
+	}
+	r, body := get(t, http.DefaultClient, srv.URL+"/operator", "Authorization", "Bearer tok-b")
+	if r.StatusCode != http.StatusOK || !strings.Contains(body, `<tr data-tenant="alice">`) || !strings.Contains(body, "1 refused") || !strings.Contains(body, "invalid_token") || !strings.Contains(body, `href="/operator"`) {
+		t.Errorf("/operator for bob: %s\n%s", r.Status, body)
 	}
 }

@@ -25,7 +25,7 @@ var charts = []chartDef{
 }
 
 // metricsPage shows the charts (as images served beside it: the CSP
-// allows no inline SVG style) and the runs that met a limit.
+// allows no inline SVG style).
 func (d *Dash) metricsPage(w http.ResponseWriter, r *http.Request, v *viewer) {
 	if v.t.History == nil {
 		d.errorPage(w, r, v, http.StatusNotFound, "This server keeps no history.")
@@ -37,14 +37,8 @@ func (d *Dash) metricsPage(w http.ResponseWriter, r *http.Request, v *viewer) {
 		return
 	}
 	counts := map[string]int{}
-	var limited []history.Run
 	for _, run := range runs {
 		counts[run.Status]++
-		if run.Status == "timeout" || run.Status == "oom" || run.OOMKilled || run.StdoutTruncated || run.StderrTruncated {
-			if len(limited) < 50 {
-				limited = append(limited, run)
-			}
-		}
 	}
 	type count struct {
 		Status string
@@ -57,7 +51,7 @@ func (d *Dash) metricsPage(w http.ResponseWriter, r *http.Request, v *viewer) {
 		}
 	}
 	d.render(w, r, http.StatusOK, "metrics", v, map[string]any{
-		"Charts": charts, "Runs": len(runs), "Counts": cs, "Limited": limited,
+		"Charts": charts, "Runs": len(runs), "Counts": cs,
 	})
 }
 

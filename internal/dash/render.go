@@ -27,8 +27,9 @@ type page struct {
 	Login  bool // a login session: show the logout form
 	// Actions: the viewer may cancel, restore and run again (not in a
 	// read-only view).
-	Actions bool
-	Data    any
+	Actions  bool
+	Operator bool // show the operator's page in the menu
+	Data     any
 }
 
 func (d *Dash) parse() error {
@@ -88,7 +89,7 @@ func (d *Dash) renderPage(w http.ResponseWriter, status int, name, entry string,
 	}
 	p := page{Title: titles[name], Nav: name, Data: data, Actions: !d.cfg.ReadOnly}
 	if v != nil {
-		p.Tenant, p.CSRF, p.Login = v.p.Tenant, v.csrf(), v.login != nil
+		p.Tenant, p.CSRF, p.Login, p.Operator = v.p.Tenant, v.csrf(), v.login != nil, v.operator
 	}
 	// Rendered whole before a byte is sent: a template error is a 500,
 	// not half a page.
@@ -106,7 +107,7 @@ func (d *Dash) renderPage(w http.ResponseWriter, status int, name, entry string,
 var titles = map[string]string{
 	"login": "Log in", "live": "Live", "runs": "History", "run": "Run", "confirm": "Confirm",
 	"workspace": "Workspace", "file": "File", "snapshots": "Snapshots", "snapshot": "Snapshot",
-	"metrics": "Metrics", "error": "Error",
+	"metrics": "Metrics", "error": "Error", "security": "Security", "operator": "Operator",
 }
 
 // errorPage renders a message with status; v may be nil (not logged in).

@@ -96,6 +96,11 @@ type Config struct {
 	// before it is forgotten (its id then answers 404). Default 30m.
 	SessionIdle time.Duration
 
+	// Events, when set, keeps the requests the front refused (no or a bad
+	// token, a foreign Origin or Host, a bound reached), for the
+	// operator's view; 404s of unknown sessions are not kept.
+	Events *mcp.Events
+
 	Limits Limits
 	Logger *slog.Logger
 }

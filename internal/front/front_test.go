@@ -19,6 +19,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/auth"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
+	"github.com/sandpit-dev/sandpit/mcp"
 )
 
 func TestUnauthenticated(t *testing.T) {
@@ -817,5 +818,41 @@ func TestPagesBehindHostAndOrigin(t *testing.T) {
 				t.Errorf("got %s %q (pages reached: %v), want %d (reached %v)", resp.Status, body, reached.Load() > before, tc.status, tc.reaches)
 			}
 		})
+	}
+}
+
+// The front keeps what it refused for the operator: a missing token, a
+// foreign Origin, a body past the bound; not a 404 of an unknown session.
+func TestRefusalsKept(t *testing.T) {
+	events := mcp.NewEvents(10)
+	rn := start(t, func(c *Config) { c.Events = events; c.Limits.MaxBodyBytes = 1 << 10 })
+	for _, tc := range []struct {
+		origin, token, body string
+	}{
+		{"", "", "{}"},
+		{"https://evil.example", "tok-alice", "{}"},
+		{"", "tok-alice", strings.Repeat("x", 2<<10)},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, rn.url+"/mcp", strings.NewReader(tc.body))
+		req.Header.Set("Content-Type", "application/json")
+		if tc.origin != "" {
+			req.Header.Set("Origin", tc.origin)
+		}
+		if tc.token != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.token)
+		}
+		do(t, req)
+	}
+	req, _ := http.NewRequest(http.MethodGet, rn.url+"/mcp", nil)
+	req.Header.Set("Authorization", "Bearer tok-alice")
+	req.Header.Set("Mcp-Session-Id", "nosuchsession")
+	do(t, req)
+	var got []string
+	for _, e := range events.List() {
+		got = append(got, e.Kind+" "+e.Tool)
+	}
+	want := []string{"limit HTTP 413", "refused HTTP 403", "refused HTTP 401"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("events %q, want %q", got, want)
 	}
 }

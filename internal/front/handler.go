@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/auth"
+	"github.com/sandpit-dev/sandpit/mcp"
 )
 
 const (
@@ -38,7 +40,7 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !f.hostAllowed(r.Host) {
 		// DNS rebinding: a page of evil.example resolved to this address
 		// sends Host evil.example.
-		plainError(w, http.StatusForbidden, "host not allowed", fmt.Sprintf("Host %q is not a name of this server", clip(r.Host)))
+		f.refuse(w, http.StatusForbidden, "host not allowed", fmt.Sprintf("Host %q is not a name of this server", clip(r.Host)))
 		return
 	}
 	switch r.URL.Path {
@@ -54,7 +56,7 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if o := r.Header.Get("Origin"); o != "" && !f.origins[strings.ToLower(o)] {
-		plainError(w, http.StatusForbidden, "origin not allowed", fmt.Sprintf("Origin %q may not call this server", clip(o)))
+		f.refuse(w, http.StatusForbidden, "origin not allowed", fmt.Sprintf("Origin %q may not call this server", clip(o)))
 		return
 	}
 	switch r.URL.Path {
@@ -69,7 +71,7 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if queryHasToken(r.URL.RawQuery) {
 		// RFC 6750 §2.3 allows it, and it ends up in logs and histories.
 		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_request", error_description="send the token in the Authorization header, not the query", `+f.challenge[len("Bearer "):])
-		plainError(w, http.StatusBadRequest, "invalid_request", "access tokens in the query string are refused: send Authorization: Bearer <token>")
+		f.refuse(w, http.StatusBadRequest, "invalid_request", "access tokens in the query string are refused: send Authorization: Bearer <token>")
 		return
 	}
 	p, ok := f.authenticate(w, r)
@@ -78,13 +80,13 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if !auth.ValidTenant(p.Tenant) {
 		f.log.Error("authenticator gave an invalid tenant name", "via", p.Via)
-		plainError(w, http.StatusForbidden, "invalid tenant", "the credential names no valid tenant")
+		f.refuse(w, http.StatusForbidden, "invalid tenant", "the credential names no valid tenant")
 		return
 	}
 	t := f.tenantFor(p.Tenant)
 	if !t.acquireStream() {
 		w.Header().Set("Retry-After", "1")
-		plainError(w, http.StatusTooManyRequests, "too_many_streams", fmt.Sprintf("tenant has %d requests or streams open (the limit): close one or wait", cap(t.streams)))
+		f.refuse(w, http.StatusTooManyRequests, "too_many_streams", fmt.Sprintf("tenant has %d requests or streams open (the limit): close one or wait", cap(t.streams)))
 		return
 	}
 	defer t.releaseStream()
@@ -144,11 +146,11 @@ func (f *Front) serveStreamable(w http.ResponseWriter, r *http.Request, t *tenan
 		// none), and DELETE of an unknown id succeeds: here, as for a
 		// POST, an id this tenant did not make is unknown.
 		if sid == "" {
-			plainError(w, http.StatusBadRequest, "missing session", "Mcp-Session-Id is required: initialize first")
+			f.refuse(w, http.StatusBadRequest, "missing session", "Mcp-Session-Id is required: initialize first")
 			return
 		}
 		if !t.ids.known(sid) {
-			plainError(w, http.StatusNotFound, "unknown session", "no such session: initialize again")
+			f.refuse(w, http.StatusNotFound, "unknown session", "no such session: initialize again")
 			return
 		}
 	}
@@ -161,7 +163,7 @@ func (f *Front) serveStreamable(w http.ResponseWriter, r *http.Request, t *tenan
 func (f *Front) serveSSE(w http.ResponseWriter, r *http.Request, t *tenant) {
 	if r.Method != http.MethodGet {
 		w.Header().Set("Allow", http.MethodGet)
-		plainError(w, http.StatusMethodNotAllowed, "method not allowed", "GET opens a legacy SSE stream")
+		f.refuse(w, http.StatusMethodNotAllowed, "method not allowed", "GET opens a legacy SSE stream")
 		return
 	}
 	release, ok := t.reserveSession()
@@ -183,7 +185,7 @@ func (f *Front) serveMessage(w http.ResponseWriter, r *http.Request, t *tenant) 
 	// The stream must be this tenant's: another tenant's id is unknown
 	// here, as is one that ended.
 	if _, ok := t.sse.Load(r.URL.Query().Get("sessionId")); !ok {
-		plainError(w, http.StatusNotFound, "unknown session", "no such SSE session: open /sse again")
+		f.refuse(w, http.StatusNotFound, "unknown session", "no such SSE session: open /sse again")
 		return
 	}
 	if !f.buildTenant(w, r, t) {
@@ -218,7 +220,7 @@ func (f *Front) buildTenant(w http.ResponseWriter, r *http.Request, t *tenant) b
 	if h := sandpit.HintOf(err); h != "" && status != http.StatusInternalServerError {
 		msg += " (hint: " + h + ")"
 	}
-	plainError(w, status, code, msg)
+	f.refuse(w, status, code, msg)
 	return false
 }
 
@@ -234,20 +236,20 @@ func (f *Front) authenticate(w http.ResponseWriter, r *http.Request) (auth.Princ
 		return p, true
 	case errors.Is(err, auth.ErrNoCredentials):
 		w.Header().Set("WWW-Authenticate", f.challenge)
-		plainError(w, http.StatusUnauthorized, "unauthorized", "this server needs a bearer token: Authorization: Bearer <token>")
+		f.refuse(w, http.StatusUnauthorized, "unauthorized", "this server needs a bearer token: Authorization: Bearer <token>")
 	case errors.Is(err, auth.ErrInvalidToken):
 		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", `+f.challenge[len("Bearer "):])
-		plainError(w, http.StatusUnauthorized, "invalid_token", "the bearer token is not valid here (unknown, revoked, expired, or for another resource)")
+		f.refuse(w, http.StatusUnauthorized, "invalid_token", "the bearer token is not valid here (unknown, revoked, expired, or for another resource)")
 	case errors.Is(err, auth.ErrInsufficientScope):
 		w.Header().Set("WWW-Authenticate", `Bearer error="insufficient_scope", `+f.challenge[len("Bearer "):])
-		plainError(w, http.StatusForbidden, "insufficient_scope", "the token does not allow this server")
+		f.refuse(w, http.StatusForbidden, "insufficient_scope", "the token does not allow this server")
 	case sandpit.ClassOf(err) == sandpit.ErrUnavailable:
 		f.log.Warn("authentication unavailable", "err", err)
 		w.Header().Set("Retry-After", "5")
-		plainError(w, http.StatusServiceUnavailable, "unavailable", "authentication is unavailable for now: try again")
+		f.refuse(w, http.StatusServiceUnavailable, "unavailable", "authentication is unavailable for now: try again")
 	default:
 		f.log.Error("authentication failed", "err", err)
-		plainError(w, http.StatusInternalServerError, "internal error", "authentication failed")
+		f.refuse(w, http.StatusInternalServerError, "internal error", "authentication failed")
 	}
 	return auth.Principal{}, false
 }
@@ -270,7 +272,7 @@ func (f *Front) readBody(w http.ResponseWriter, r *http.Request) (_ []byte, rele
 	if !f.bodies.TryAcquire(want) {
 		w.Header().Set("Retry-After", "1")
 		w.Header().Set("Connection", "close")
-		plainError(w, http.StatusServiceUnavailable, "busy", "the server is holding as many request bodies as it may: try again")
+		f.refuse(w, http.StatusServiceUnavailable, "busy", "the server is holding as many request bodies as it may: try again")
 		return nil, nil, false
 	}
 	held := sync.OnceFunc(func() { f.bodies.Release(want) })
@@ -292,9 +294,9 @@ func (f *Front) readBody(w http.ResponseWriter, r *http.Request) (_ []byte, rele
 		// armed): the connection ends with this answer.
 		w.Header().Set("Connection", "close")
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			plainError(w, http.StatusRequestTimeout, "request timeout", fmt.Sprintf("the body took longer than %v to arrive", f.cfg.Limits.BodyTimeout))
+			f.refuse(w, http.StatusRequestTimeout, "request timeout", fmt.Sprintf("the body took longer than %v to arrive", f.cfg.Limits.BodyTimeout))
 		} else {
-			plainError(w, http.StatusBadRequest, "bad request", "reading the body failed")
+			f.refuse(w, http.StatusBadRequest, "bad request", "reading the body failed")
 		}
 		return nil, nil, false
 	}
@@ -314,12 +316,12 @@ func (f *Front) readBody(w http.ResponseWriter, r *http.Request) (_ []byte, rele
 func (f *Front) tooLarge(w http.ResponseWriter, r *http.Request) {
 	// The rest is not read: close the connection instead.
 	w.Header().Set("Connection", "close")
-	plainError(w, http.StatusRequestEntityTooLarge, "request too large", fmt.Sprintf("the body is larger than %d bytes, the largest message this server reads", f.cfg.Limits.MaxBodyBytes))
+	f.refuse(w, http.StatusRequestEntityTooLarge, "request too large", fmt.Sprintf("the body is larger than %d bytes, the largest message this server reads", f.cfg.Limits.MaxBodyBytes))
 }
 
 func (f *Front) tooManySessions(w http.ResponseWriter, t *tenant) {
 	w.Header().Set("Retry-After", "5")
-	plainError(w, http.StatusTooManyRequests, "too_many_sessions",
+	f.refuse(w, http.StatusTooManyRequests, "too_many_sessions",
 		fmt.Sprintf("tenant has %d live sessions (the limit %d): end one (DELETE /mcp, or close its SSE stream), or wait %v for an idle one to expire",
 			t.liveSessions(), f.cfg.Limits.MaxSessionsPerTenant, f.cfg.SessionIdle))
 }
@@ -382,6 +384,30 @@ func queryHasToken(raw string) bool {
 }
 
 // plainError writes an OAuth-style JSON error body (RFC 6750 §3 names).
+// refuse answers an error the front itself decided and, with Events,
+// keeps it for the operator's view.
+func (f *Front) refuse(w http.ResponseWriter, status int, code, desc string) {
+	if f.cfg.Events != nil && status != http.StatusNotFound {
+		f.cfg.Events.Add(mcp.Event{Kind: refusalKind(status), Tool: "HTTP " + strconv.Itoa(status), Message: code + ": " + desc})
+	}
+	plainError(w, status, code, desc)
+}
+
+// refusalKind classes a refusal as the tool events are.
+func refusalKind(status int) string {
+	switch status {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return mcp.EventRefused
+	case http.StatusRequestEntityTooLarge, http.StatusTooManyRequests, http.StatusRequestTimeout:
+		return mcp.EventLimit
+	case http.StatusServiceUnavailable:
+		return mcp.EventUnavailable
+	case http.StatusInternalServerError:
+		return mcp.EventFailed
+	}
+	return mcp.EventRefused
+}
+
 func plainError(w http.ResponseWriter, status int, code, desc string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")

@@ -57,6 +57,7 @@ var resourceScopes = []struct{ prefix, scope string }{
 	{"sandbox://status", auth.ScopeRun},
 	{"sandbox://languages", auth.ScopeRun},
 	{"sandbox://logs", auth.ScopeRun},
+	{"ui://sandpit/run", auth.ScopeRun}, // the MCP App that draws run_code and get_run results
 }
 
 // everyScope is what an unknown name needs: all of them.
