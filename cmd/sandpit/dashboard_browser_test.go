@@ -295,6 +295,12 @@ func TestDashboardBrowser(t *testing.T) {
 	}) {
 		t.Errorf("the run started again (%s) did not end, or is unknown to the agent", again)
 	}
+	// What it did to a file, as a diff.
+	a.do(t, "the diff of notes.txt", chromedp.Navigate(srv.base+"/runs/"+plot.ID+"/diff?path=notes.txt"), chromedp.WaitVisible(chromedp.ID("diff")))
+	if d := a.text(t, "#diff"); !strings.Contains(d, "+hello") {
+		t.Errorf("the diff of the file the run made: %q", d)
+	}
+	a.screenshot(t, "run-diff")
 
 	// What a program prints is text: no dialog, the markup and the escape
 	// codes visible as written.

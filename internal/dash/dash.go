@@ -192,6 +192,7 @@ func (d *Dash) routes() {
 	m.HandleFunc("GET /runs/{id}", d.tenantPage(auth.ScopeRun, d.runPage))
 	m.HandleFunc("GET /runs/{id}/{stream}", d.tenantPage(auth.ScopeRun, d.runOutput))
 	m.HandleFunc("GET /runs/{id}/cancel", d.tenantPage(auth.ScopeRun, d.cancelConfirm))
+	m.HandleFunc("GET /runs/{id}/diff", d.tenantPage(auth.ScopeFiles, d.runDiff))
 	m.HandleFunc("POST /runs/{id}/cancel", d.tenantAction(auth.ScopeRun, d.cancel))
 	m.HandleFunc("GET /runs/{id}/rerun", d.tenantPage(auth.ScopeRun, d.rerunConfirm))
 	m.HandleFunc("POST /runs/{id}/rerun", d.tenantAction(auth.ScopeRun, d.rerun))

@@ -60,6 +60,7 @@ type fixture struct {
 	tenants map[string]*Tenant
 	ws      map[string]*workspace.Workspace
 	hist    map[string]*history.DB
+	snaps   map[string]*snapshot.Store
 }
 
 func newFixture(t testing.TB) *fixture {
@@ -70,7 +71,7 @@ func newFixture(t testing.TB) *fixture {
 			"tok-b":     {Tenant: "bob", Scopes: auth.AllScopes},
 			"tok-files": {Tenant: "alice", Scopes: []string{auth.ScopeFiles}},
 		}},
-		tenants: map[string]*Tenant{}, ws: map[string]*workspace.Workspace{}, hist: map[string]*history.DB{},
+		tenants: map[string]*Tenant{}, ws: map[string]*workspace.Workspace{}, hist: map[string]*history.DB{}, snaps: map[string]*snapshot.Store{},
 	}
 	for _, name := range []string{"alice", "bob"} {
 		dir := t.TempDir()
@@ -92,7 +93,7 @@ func newFixture(t testing.TB) *fixture {
 		t.Cleanup(runs.Close)
 		f.tenants[name] = &Tenant{History: h, Runs: runs, Files: ws, Snapshots: snaps.For(ws),
 			Sessions: func() []sandpit.SessionInfo { return nil }}
-		f.ws[name], f.hist[name] = ws, h
+		f.ws[name], f.hist[name], f.snaps[name] = ws, h, snaps
 	}
 	d, err := New(Config{Auth: f.auth, Logger: slog.New(slog.DiscardHandler),
 		Tenants: SourceFunc(func(ctx context.Context, name string) (*Tenant, error) {
@@ -107,6 +108,12 @@ func newFixture(t testing.TB) *fixture {
 	f.srv = httptest.NewServer(d)
 	t.Cleanup(f.srv.Close)
 	return f
+}
+
+// beforeRun records tenant's workspace state before run id, as the
+// workspace does when a run opens it.
+func (f *fixture) beforeRun(t *testing.T, tenant, id string) error {
+	return f.snaps[tenant].BeforeRun(t.Context(), f.ws[tenant], id)
 }
 
 // browser is a client with a cookie jar that does not follow redirects.
@@ -319,6 +326,7 @@ func TestTenantsSeeOnlyTheirOwn(t *testing.T) {
 		{"/runs/alicerun", "/runs/neverwas"},
 		{"/runs/alicerun/stdout", "/runs/neverwas/stdout"},
 		{"/runs/alicerun/cancel", "/runs/neverwas/cancel"},
+		{"/runs/alicerun/diff?path=secret.txt", "/runs/neverwas/diff?path=neverwas.txt"},
 		{"/snapshots/" + snap.ID, "/snapshots/neverwas"},
 		{"/snapshots/" + snap.ID + "/restore", "/snapshots/neverwas/restore"},
 		{"/workspace/view?path=secret.txt", "/workspace/view?path=neverwas.txt"},
@@ -334,8 +342,9 @@ func TestTenantsSeeOnlyTheirOwn(t *testing.T) {
 		if strings.Contains(b1, "secret()") || strings.Contains(b1, "alice") {
 			t.Errorf("bob's page for %s names alice's state", tc.theirs)
 		}
-		// Alice sees her own (a run not in flight has nothing to cancel).
-		if strings.HasSuffix(tc.theirs, "/cancel") {
+		// Alice sees her own (a run not in flight has nothing to cancel;
+		// one recorded without its undo state has no diff).
+		if strings.HasSuffix(tc.theirs, "/cancel") || strings.Contains(tc.theirs, "/diff") {
 			continue
 		}
 		if r, _ := get(t, http.DefaultClient, f.srv.URL+tc.theirs, "Authorization", "Bearer tok-a"); r.StatusCode != http.StatusOK {
@@ -721,5 +730,41 @@ func TestSecurityAndOperator(t *testing.T) {
 	r, body := get(t, http.DefaultClient, srv.URL+"/operator", "Authorization", "Bearer tok-b")
 	if r.StatusCode != http.StatusOK || !strings.Contains(body, `<tr data-tenant="alice">`) || !strings.Contains(body, "1 refused") || !strings.Contains(body, "invalid_token") || !strings.Contains(body, `href="/operator"`) {
 		t.Errorf("/operator for bob: %s\n%s", r.Status, body)
+	}
+}
+
+// A run's page links each file it changed to a diff of that file before
+// and after the run, from the undo states; text is escaped.
+func TestRunDiff(t *testing.T) {
+	f := newFixture(t)
+	ws := f.ws["alice"]
+	ctx := t.Context()
+	ws.Write(ctx, "a.txt", []byte("one\n<two>\nthree\n"))
+	// What the workspace does before a run, then what the run wrote.
+	if err := f.beforeRun(t, "alice", "r1"); err != nil {
+		t.Fatal(err)
+	}
+	ws.Write(ctx, "a.txt", []byte("one\n<2>\nthree\n"))
+	ws.Write(ctx, "bin.dat", []byte{0xff, 0xfe, 0})
+	files, _ := json.Marshal(sandpit.Changes{Modified: []string{"a.txt"}, Created: []string{"bin.dat"}})
+	record(t, f.hist["alice"], history.Run{ID: "r1", Code: "edit()", Files: files})
+	record(t, f.hist["alice"], history.Run{ID: "old", Code: "x", Files: files})
+
+	_, body := get(t, http.DefaultClient, f.srv.URL+"/runs/r1", "Authorization", "Bearer tok-a")
+	if !strings.Contains(body, `href="/runs/r1/diff?path=a.txt"`) {
+		t.Fatalf("run page has no diff link:\n%s", body)
+	}
+	res, body := get(t, http.DefaultClient, f.srv.URL+"/runs/r1/diff?path=a.txt", "Authorization", "Bearer tok-a")
+	if res.StatusCode != http.StatusOK || !strings.Contains(body, `<span class="d-del">-&lt;two&gt;</span>`) || !strings.Contains(body, `<span class="d-add">&#43;&lt;2&gt;</span>`) {
+		t.Errorf("diff: %s\n%s", res.Status, body)
+	}
+	_, body = get(t, http.DefaultClient, f.srv.URL+"/runs/r1/diff?path=bin.dat", "Authorization", "Bearer tok-a")
+	if !strings.Contains(body, `id="binary"`) {
+		t.Errorf("binary file diff:\n%s", body)
+	}
+	// A run whose state before it is not kept says so.
+	res, body = get(t, http.DefaultClient, f.srv.URL+"/runs/old/diff?path=a.txt", "Authorization", "Bearer tok-a")
+	if res.StatusCode != http.StatusNotFound || !strings.Contains(body, "no longer kept") {
+		t.Errorf("diff without an undo state: %s\n%s", res.Status, body)
 	}
 }

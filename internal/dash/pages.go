@@ -152,6 +152,7 @@ type runData struct {
 	StderrCut   bool
 	Cancelled   bool
 	CanRerun    bool
+	Diffs       bool // the files changed link to diffs
 }
 
 var imageExts = []string{".png", ".jpg", ".jpeg", ".gif", ".webp"}
@@ -175,7 +176,7 @@ func (d *Dash) runPage(w http.ResponseWriter, r *http.Request, v *viewer) {
 		d.errorPage(w, r, v, statusOf(err), "Reading the run failed: "+err.Error())
 		return
 	}
-	rd := runData{Run: run, Cancelled: r.URL.Query().Get("cancelled") != "", CanRerun: v.t.Rerun != nil && (run.Code != "" || run.Path != "")}
+	rd := runData{Run: run, Cancelled: r.URL.Query().Get("cancelled") != "", CanRerun: v.t.Rerun != nil && (run.Code != "" || run.Path != ""), Diffs: diffable(v.t)}
 	if len(run.Files) > 0 {
 		var c sandpit.Changes
 		if json.Unmarshal(run.Files, &c) == nil {

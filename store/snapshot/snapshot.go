@@ -168,6 +168,15 @@ var migrations = []string{
 		sha256    TEXT NOT NULL,
 		PRIMARY KEY (workspace, path)
 	) WITHOUT ROWID;`,
+	// Which undo state holds the workspace as it was before each run: two
+	// runs share one when the first changed nothing (BeforeRun keeps one
+	// state for equal trees), so the description alone cannot say.
+	`CREATE TABLE run_states (
+		run      TEXT NOT NULL,
+		snapshot INTEGER NOT NULL REFERENCES snapshots(seq) ON DELETE CASCADE,
+		PRIMARY KEY (snapshot, run)
+	) WITHOUT ROWID;
+	CREATE INDEX run_states_run ON run_states(run);`,
 }
 
 func (s *Store) migrate() error {
@@ -752,7 +761,11 @@ func (s *Store) GC(ctx context.Context) (int, int64, error) {
 // BeforeRun records the workspace's state before run runID, for
 // UndoLastRun. It fits workspace.Options.BeforeRun.
 func (s *Store) BeforeRun(ctx context.Context, ws *workspace.Workspace, runID string) error {
-	if _, err := s.create(ctx, ws, "undo", "before run "+runID); err != nil {
+	snap, err := s.create(ctx, ws, "undo", "before run "+runID)
+	if err != nil {
+		return err
+	}
+	if _, err := s.db.ExecContext(ctx, `INSERT OR IGNORE INTO run_states(run, snapshot) SELECT ?, seq FROM snapshots WHERE id = ?`, runID, snap.ID); err != nil {
 		return err
 	}
 	rows, err := s.db.QueryContext(ctx, `SELECT id FROM snapshots WHERE workspace = ? AND kind = 'undo' ORDER BY seq DESC LIMIT -1 OFFSET ?`, ws.ID(), s.maxUndo)
