@@ -97,4 +97,3 @@ func diffable(t *Tenant) bool {
 	_, ok := t.Snapshots.(RunFiles)
 	return ok
 }
-
