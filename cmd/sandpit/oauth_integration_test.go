@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"net/url"
 	"os"
 	"os/exec"
@@ -192,4 +193,127 @@ func TestHTTPOAuthHydra(t *testing.T) {
 	}) {
 		t.Errorf("a revoked token is still accepted a minute later")
 	}
+}
+
+// A browser logs in to the dashboard through the OAuth issuer (issue 28):
+// the authorization code flow with PKCE against a real hydra, the dashboard
+// a public client; the token it gets is for this server and its subject is
+// the tenant. A callback replayed, or arriving in another browser, is
+// refused.
+func TestDashboardOAuthLogin(t *testing.T) {
+	h := startHydraServer(t)
+	var cl oauthClient
+	postJSON(t, h.admin+"/admin/clients", map[string]any{
+		"grant_types": []string{"authorization_code"}, "response_types": []string{"code"},
+		"redirect_uris": []string{"http://127.0.0.1:1/callback"}, "scope": "sandpit:run sandpit:files sandpit:data",
+		"token_endpoint_auth_method": "none",
+	}, &cl)
+	srv := startHTTP(t, "", "--oauth-issuer", h.issuer, "--oauth-dashboard-client", cl.ID)
+	// The client's redirect URI and audience name this server, whose port
+	// is known now.
+	putJSON(t, h.admin+"/admin/clients/"+cl.ID, map[string]any{
+		"client_id": cl.ID, "grant_types": []string{"authorization_code"}, "response_types": []string{"code"},
+		"redirect_uris": []string{srv.base + "/login/callback"}, "scope": "sandpit:run sandpit:files sandpit:data",
+		"audience": []string{srv.url}, "token_endpoint_auth_method": "none",
+	})
+
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	step := func(c *http.Client, u string) (*http.Response, string) {
+		t.Helper()
+		resp, err := c.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	follow := func(u string) *url.URL {
+		t.Helper()
+		resp, body := step(browser, u)
+		loc, err := resp.Location()
+		if err != nil {
+			t.Fatalf("GET %s: %s, no redirect\n%s", u, resp.Status, body)
+		}
+		return loc
+	}
+	_, page := step(browser, srv.base+"/login")
+	if !strings.Contains(page, `id="login-oauth"`) {
+		t.Fatalf("the login page offers no login through the issuer:\n%s", page)
+	}
+	authz := follow(srv.base + "/login/oauth?next=%2Fruns")
+	if q := authz.Query(); q.Get("code_challenge_method") != "S256" || q.Get("audience") != srv.url || q.Get("client_id") != cl.ID {
+		t.Fatalf("authorization request %s: want PKCE S256, audience %s", authz.Redacted(), srv.url)
+	}
+	login := follow(authz.String())
+	var accepted struct {
+		RedirectTo string `json:"redirect_to"`
+	}
+	putJSONOut(t, h.admin+"/admin/oauth2/auth/requests/login/accept?"+url.Values{"login_challenge": {login.Query().Get("login_challenge")}}.Encode(),
+		map[string]any{"subject": "carol"}, &accepted)
+	consent := follow(accepted.RedirectTo)
+	var asked struct {
+		Scope    []string `json:"requested_scope"`
+		Audience []string `json:"requested_access_token_audience"`
+	}
+	getJSON(t, h.admin+"/admin/oauth2/auth/requests/consent?"+url.Values{"consent_challenge": {consent.Query().Get("consent_challenge")}}.Encode(), &asked)
+	putJSONOut(t, h.admin+"/admin/oauth2/auth/requests/consent/accept?"+url.Values{"consent_challenge": {consent.Query().Get("consent_challenge")}}.Encode(),
+		map[string]any{"grant_scope": asked.Scope, "grant_access_token_audience": asked.Audience}, &accepted)
+	callback := follow(accepted.RedirectTo)
+	if !strings.HasPrefix(callback.String(), srv.base+"/login/callback?") {
+		t.Fatalf("the issuer sent the browser to %s", callback.Redacted())
+	}
+	// Another browser (no state cookie) cannot use this callback.
+	other := &http.Client{CheckRedirect: browser.CheckRedirect}
+	if resp, body := step(other, callback.String()); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "not started in this browser") {
+		t.Errorf("callback in another browser: %s", resp.Status)
+	}
+	resp, body := step(browser, callback.String())
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `url=/runs`) {
+		t.Fatalf("callback: %s\n%s", resp.Status, body)
+	}
+	resp, body = step(browser, srv.base+"/runs")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `<strong id="tenant">carol</strong>`) {
+		t.Fatalf("after logging in through the issuer, /runs: %s\n%s", resp.Status, body)
+	}
+	// The callback replayed: refused (the state is used up).
+	if resp, _ := step(browser, callback.String()); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("replayed callback: %s", resp.Status)
+	}
+}
+
+func putJSON(t *testing.T, u string, body any) { t.Helper(); putJSONOut(t, u, body, nil) }
+
+func putJSONOut(t *testing.T, u string, body, out any) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest(http.MethodPut, u, bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	rb, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode >= 400 {
+		t.Fatalf("PUT %s: %s %s", u, resp.Status, rb)
+	}
+	if out != nil {
+		json.Unmarshal(rb, out)
+	}
+}
+
+func getJSON(t *testing.T, u string, out any) {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	rb, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode >= 400 {
+		t.Fatalf("GET %s: %s %s", u, resp.Status, rb)
+	}
+	json.Unmarshal(rb, out)
 }

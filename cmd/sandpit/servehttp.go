@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/oauth2"
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/auth"
@@ -33,6 +34,7 @@ func httpFlags() []cli.Flag {
 		&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS with this PEM certificate (with --tls-key)"},
 		&cli.StringFlag{Name: "tls-key", Usage: "the PEM private key of --tls-cert"},
 		&cli.BoolFlag{Name: "insecure-http", Usage: "allow plain HTTP on a non-loopback --listen: a proxy in front terminates TLS"},
+		&cli.StringFlag{Name: "oauth-dashboard-client", Usage: "CLIENT_ID[:SECRET] of the dashboard at the --oauth-issuer (registered with redirect URI PUBLIC_URL/login/callback, authorization code with PKCE): browsers may log in through the issuer as well as with a token"},
 		&cli.StringSliceFlag{Name: "operator", Usage: "a tenant (token name or OAuth subject) who also sees the dashboard's operator page: every tenant's figures and the requests the server refused (repeatable)"},
 		&cli.BoolFlag{Name: "no-dashboard", Usage: "serve MCP only: no dashboard pages at / (they are served behind the same authentication by default)"},
 		&cli.BoolFlag{Name: "insecure-no-auth", Usage: "no authentication (every client is tenant \"default\"); refused unless --listen is a loopback address"},
@@ -58,7 +60,7 @@ func httpFlags() []cli.Flag {
 func checkHTTPFlags(c *cli.Context) error {
 	listen := c.String("listen") != ""
 	if !listen {
-		for _, f := range []string{"tls-cert", "tls-key", "insecure-http", "insecure-no-auth", "operator", "no-dashboard", "public-url", "allow-origin", "allow-host", "oauth-issuer", "oauth-introspect", "oauth-introspection-url", "oauth-introspection-client"} {
+		for _, f := range []string{"tls-cert", "tls-key", "insecure-http", "insecure-no-auth", "operator", "no-dashboard", "oauth-dashboard-client", "public-url", "allow-origin", "allow-host", "oauth-issuer", "oauth-introspect", "oauth-introspection-url", "oauth-introspection-client"} {
 			if c.IsSet(f) {
 				return fmt.Errorf("--%s needs --listen HOST:PORT (without it sandpit serves stdio)", f)
 			}
@@ -136,11 +138,12 @@ func serveHTTP(c *cli.Context, rt *runtime.Runtime, in *instance.Instance, base 
 	}
 	serverEvents := mcp.NewEvents(1000)
 	fc.Events = serverEvents
+	var pages *dash.Dash
 	if !c.Bool("no-dashboard") {
 		// The dashboard is served beside /mcp, behind the same checks and
 		// the same tokens.
 		secure := fc.TLSCert != "" || strings.HasPrefix(fc.PublicURL, "https://")
-		pages, err := dash.New(dash.Config{Auth: late, NoAuth: fc.InsecureNoAuth, NoAuthTenant: front.NoAuthTenant,
+		pages, err = dash.New(dash.Config{Auth: late, NoAuth: fc.InsecureNoAuth, NoAuthTenant: front.NoAuthTenant,
 			Tenants: dash.SourceFunc(ts.Dash), Secure: secure, Logger: slog.Default(),
 			Operators: c.StringSlice("operator"), ServerEvents: serverEvents,
 			Summaries: func(ctx context.Context) ([]dash.TenantSummary, error) { return tenantSummaries(ctx, dir, ts) }})
@@ -162,7 +165,12 @@ func serveHTTP(c *cli.Context, rt *runtime.Runtime, in *instance.Instance, base 
 		return err
 	}
 	if !fc.InsecureNoAuth {
-		if late.a, err = httpAuth(ctx, c, f.PublicURL()+"/mcp"); err != nil {
+		var oa *auth.OAuth
+		if late.a, oa, err = httpAuth(ctx, c, f.PublicURL()+"/mcp"); err != nil {
+			ln.Close()
+			return err
+		}
+		if err := dashboardOAuth(c, pages, oa, f.PublicURL()); err != nil {
 			ln.Close()
 			return err
 		}
@@ -206,17 +214,17 @@ func (l *lateAuth) Authenticate(ctx context.Context, r *http.Request) (auth.Prin
 // httpAuth is who may use the HTTP server: holders of sandpit tokens
 // (--data-dir), and with --oauth-issuer holders of that issuer's access
 // tokens for resource (this server's /mcp URL).
-func httpAuth(ctx context.Context, c *cli.Context, resource string) (auth.Authenticator, error) {
+func httpAuth(ctx context.Context, c *cli.Context, resource string) (auth.Authenticator, *auth.OAuth, error) {
 	tokens, err := auth.OpenTokens(c.String("data-dir"))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	issuer := c.String("oauth-issuer")
 	if list, err := tokens.List(); err == nil && len(list) == 0 && issuer == "" {
 		slog.Warn("no tokens yet: every request will be refused until one exists; create one with `sandpit token create NAME`", "data_dir", c.String("data-dir"))
 	}
 	if issuer == "" {
-		return tokens, nil
+		return tokens, nil, nil
 	}
 	oc := auth.OAuthConfig{
 		Issuer:           issuer,
@@ -229,7 +237,7 @@ func httpAuth(ctx context.Context, c *cli.Context, resource string) (auth.Authen
 	if cs := c.String("oauth-introspection-client"); cs != "" {
 		id, secret, ok := strings.Cut(cs, ":")
 		if !ok || id == "" {
-			return nil, fmt.Errorf("--oauth-introspection-client: want CLIENT_ID:SECRET")
+			return nil, nil, fmt.Errorf("--oauth-introspection-client: want CLIENT_ID:SECRET")
 		}
 		oc.IntrospectionClientID, oc.IntrospectionClientSecret = id, secret
 	}
@@ -237,10 +245,10 @@ func httpAuth(ctx context.Context, c *cli.Context, resource string) (auth.Authen
 	defer cancel()
 	oa, err := auth.NewOAuth(dctx, oc)
 	if err != nil {
-		return nil, fmt.Errorf("--oauth-issuer %s: %w", issuer, err)
+		return nil, nil, fmt.Errorf("--oauth-issuer %s: %w", issuer, err)
 	}
 	slog.Info("accepting OAuth access tokens", "issuer", issuer, "audience", resource, "tenant_claim", oc.TenantClaim, "introspect", oc.Introspect || oc.IntrospectionURL != "")
-	return auth.Chain(tokens, oa), nil
+	return auth.Chain(tokens, oa), oa, nil
 }
 
 // oauthTimeout bounds the issuer's discovery at start-up.
@@ -261,4 +269,40 @@ func tenantSummaries(ctx context.Context, dir string, ts *tenants) ([]dash.Tenan
 			FailedHour: r.Failed, WorkspaceBytes: r.WorkspaceBytes, Open: ok, Refusals: counts})
 	}
 	return out, nil
+}
+
+// dashboardOAuth turns on the dashboard's login through the OAuth issuer
+// (--oauth-dashboard-client).
+func dashboardOAuth(c *cli.Context, pages *dash.Dash, oa *auth.OAuth, public string) error {
+	cs := c.String("oauth-dashboard-client")
+	if cs == "" {
+		return nil
+	}
+	switch {
+	case oa == nil:
+		return fmt.Errorf("--oauth-dashboard-client needs --oauth-issuer")
+	case pages == nil:
+		return fmt.Errorf("--oauth-dashboard-client: the dashboard is off (--no-dashboard)")
+	}
+	id, secret, _ := strings.Cut(cs, ":")
+	if id == "" {
+		return fmt.Errorf("--oauth-dashboard-client: want CLIENT_ID[:SECRET]")
+	}
+	authz, token := oa.Endpoints()
+	if authz == "" || token == "" {
+		return fmt.Errorf("--oauth-dashboard-client: issuer %s names no authorization or token endpoint in its discovery document", oa.Issuer())
+	}
+	style := oauth2.AuthStyleInHeader
+	if secret == "" {
+		style = oauth2.AuthStyleInParams // a public client: its id in the form
+	}
+	pages.SetOAuthLogin(&dash.OAuthLogin{
+		Config: oauth2.Config{ClientID: id, ClientSecret: secret, RedirectURL: public + "/login/callback",
+			Endpoint: oauth2.Endpoint{AuthURL: authz, TokenURL: token, AuthStyle: style},
+			Scopes:   auth.AllScopes},
+		Audience: public + "/mcp",
+		Issuer:   oa.Issuer(),
+	})
+	slog.Info("dashboard: browsers may log in through the OAuth issuer", "issuer", oa.Issuer(), "client", id, "redirect_uri", public+"/login/callback")
+	return nil
 }

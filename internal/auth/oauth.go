@@ -108,10 +108,16 @@ type OAuth struct {
 	now    func() time.Time
 
 	jwksURL  string
+	authzURL string // for a browser's login: the authorization endpoint
+	tokenURL string // and the token endpoint
 	keys     keyCache
 	intro    *introspector // nil: no introspection
 	tenantCl string
 }
+
+// Endpoints are the issuer's authorization and token endpoints, from its
+// discovery document (empty when it names none), for a browser's login.
+func (o *OAuth) Endpoints() (authorization, token string) { return o.authzURL, o.tokenURL }
 
 // discovery is the part of an RFC 8414 / OpenID Connect discovery
 // document read here.
@@ -119,6 +125,8 @@ type discovery struct {
 	Issuer                string `json:"issuer"`
 	JWKSURI               string `json:"jwks_uri"`
 	IntrospectionEndpoint string `json:"introspection_endpoint"`
+	AuthorizationEndpoint string `json:"authorization_endpoint"`
+	TokenEndpoint         string `json:"token_endpoint"`
 }
 
 // NewOAuth reads the issuer's discovery document and keys; it fails if the
@@ -161,6 +169,7 @@ func NewOAuth(ctx context.Context, cfg OAuthConfig) (*OAuth, error) {
 		return nil, fmt.Errorf("oauth: issuer %s publishes no jwks_uri: its tokens cannot be verified", cfg.Issuer)
 	}
 	o.jwksURL = d.JWKSURI
+	o.authzURL, o.tokenURL = d.AuthorizationEndpoint, d.TokenEndpoint
 	o.keys.fetch = o.fetchKeys
 	o.keys.interval = cfg.KeyRefreshInterval
 	o.keys.now = func() time.Time { return o.now() }

@@ -133,6 +133,8 @@ type Dash struct {
 	mux      *http.ServeMux
 	codeCSS  []byte
 	staticFS fs.FS
+	oauth    *OAuthLogin // nil: tokens only
+	pending  pendingLogins
 }
 
 //go:embed templates/*.html
@@ -185,6 +187,8 @@ func (d *Dash) routes() {
 	m.HandleFunc("GET /login", d.loginPage)
 	m.HandleFunc("POST /login", d.login)
 	m.HandleFunc("POST /logout", d.logout)
+	m.HandleFunc("GET /login/oauth", d.oauthStart)
+	m.HandleFunc("GET /login/callback", d.oauthCallback)
 
 	m.HandleFunc("GET /{$}", d.tenantPage(auth.ScopeRun, d.livePage))
 	m.HandleFunc("GET /live", d.tenantPage(auth.ScopeRun, d.liveFragment))

@@ -139,7 +139,7 @@ func (ls *logins) clearCookie(w http.ResponseWriter, secure bool) {
 
 // loginPage shows the login form.
 func (d *Dash) loginPage(w http.ResponseWriter, r *http.Request) {
-	d.render(w, r, http.StatusOK, "login", nil, map[string]any{"Next": safeNext(r.URL.Query().Get("next"))})
+	d.render(w, r, http.StatusOK, "login", nil, map[string]any{"Next": safeNext(r.URL.Query().Get("next")), "OAuth": d.oauth})
 }
 
 // login makes a login session from a token sent in a form.
@@ -151,7 +151,7 @@ func (d *Dash) login(w http.ResponseWriter, r *http.Request) {
 	}
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	fail := func(msg string) {
-		d.render(w, r, http.StatusUnauthorized, "login", nil, map[string]any{"Next": next, "Error": msg})
+		d.render(w, r, http.StatusUnauthorized, "login", nil, map[string]any{"Next": next, "Error": msg, "OAuth": d.oauth})
 	}
 	switch {
 	case token == "":

@@ -107,7 +107,7 @@ func (d *Dash) renderPage(w http.ResponseWriter, status int, name, entry string,
 var titles = map[string]string{
 	"login": "Log in", "live": "Live", "runs": "History", "run": "Run", "confirm": "Confirm",
 	"workspace": "Workspace", "file": "File", "snapshots": "Snapshots", "snapshot": "Snapshot",
-	"metrics": "Metrics", "error": "Error", "security": "Security", "operator": "Operator", "diff": "Diff",
+	"metrics": "Metrics", "error": "Error", "security": "Security", "operator": "Operator", "diff": "Diff", "loggedin": "Logged in",
 }
 
 // errorPage renders a message with status; v may be nil (not logged in).
