@@ -100,6 +100,8 @@ func serveHTTP(c *cli.Context, rt *runtime.Runtime, in *instance.Instance, base 
 
 	ctx, cancel := context.WithCancel(c.Context)
 	defer cancel()
+	ts.samples = newSampler(rt)
+	go ts.samples.run(ctx)
 	ln, err := net.Listen("tcp", c.String("listen"))
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
@@ -145,7 +147,7 @@ func serveHTTP(c *cli.Context, rt *runtime.Runtime, in *instance.Instance, base 
 		secure := fc.TLSCert != "" || strings.HasPrefix(fc.PublicURL, "https://")
 		pages, err = dash.New(dash.Config{Auth: late, NoAuth: fc.InsecureNoAuth, NoAuthTenant: front.NoAuthTenant,
 			Tenants: dash.SourceFunc(ts.Dash), Secure: secure, Logger: slog.Default(),
-			Operators: c.StringSlice("operator"), ServerEvents: serverEvents,
+			Operators: c.StringSlice("operator"), ServerEvents: serverEvents, Pool: ts.samples.Pool,
 			Summaries: func(ctx context.Context) ([]dash.TenantSummary, error) { return tenantSummaries(ctx, dir, ts) }})
 		if err != nil {
 			ln.Close()

@@ -54,6 +54,7 @@ type tenants struct {
 	slots   *quota.Slots
 	cpu     *quota.CPU
 	wsMax   int64
+	samples *sampler // nil: no charts over time
 
 	mu     sync.Mutex
 	open   map[string]*tenant
@@ -234,6 +235,9 @@ func (ts *tenants) build(name string) (*server.MCPServer, *dash.Tenant, func(), 
 	cfg.Runs = runs
 	slog.Info("tenant ready", "tenant", name)
 	view := &dash.Tenant{Runs: runs, Events: cfg.Events}
+	if ts.samples != nil && cfg.Sessions != nil {
+		view.SessionMemory = func() []dash.MemorySample { return ts.samples.SessionMemory(name) }
+	}
 	if cfg.History != nil {
 		view.History = cfg.History
 	}

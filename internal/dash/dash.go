@@ -68,6 +68,24 @@ type Tenant struct {
 	Rerun func(ctx context.Context, r history.Run) (string, error)
 	// Events are the tenant's tool calls refused or failed.
 	Events *mcp.Events
+	// SessionMemory, when set, is the tenant's sessions' memory over the
+	// last hour.
+	SessionMemory func() []MemorySample
+}
+
+// PoolSample is the warm pool at one moment.
+type PoolSample struct {
+	Time          time.Time
+	Ready, Target int
+	// HitRate is the share of runs since the sample before that found a
+	// sandbox ready (0…1); negative when there were none.
+	HitRate float64
+}
+
+// MemorySample is memory in use at one moment.
+type MemorySample struct {
+	Time  time.Time
+	Bytes uint64
 }
 
 // TenantSummary is one tenant in the operator's view.
@@ -116,6 +134,9 @@ type Config struct {
 	// ServerEvents are the requests the front refused (no token, a bad
 	// one, a foreign Origin, a bound), for operators.
 	ServerEvents *mcp.Events
+	// Pool, when set, is the warm pool over the last hour (shared by all
+	// tenants).
+	Pool func() []PoolSample
 	// Secure marks the session cookie Secure (the server is reached over
 	// TLS, its own or a proxy's).
 	Secure bool

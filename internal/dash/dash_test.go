@@ -61,6 +61,7 @@ type fixture struct {
 	ws      map[string]*workspace.Workspace
 	hist    map[string]*history.DB
 	snaps   map[string]*snapshot.Store
+	d       *Dash
 }
 
 func newFixture(t testing.TB) *fixture {
@@ -105,6 +106,7 @@ func newFixture(t testing.TB) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.d = d
 	f.srv = httptest.NewServer(d)
 	t.Cleanup(f.srv.Close)
 	return f
@@ -559,6 +561,19 @@ func TestMetricsCharts(t *testing.T) {
 		record(t, f.hist["alice"], history.Run{ID: fmt.Sprint("m", i), Started: now.Add(-time.Duration(i) * time.Minute), Status: st,
 			DurationMS: int64(10 * (i + 1)), CPUUserMS: int64(i), MemoryPeakBytes: int64(i) << 20})
 	}
+	var pool []PoolSample
+	var mem []MemorySample
+	for i := range 30 {
+		at := now.Add(time.Duration(i-30) * 10 * time.Second)
+		hr := float64(i%4) / 3
+		if i%7 == 0 {
+			hr = -1 // no runs then
+		}
+		pool = append(pool, PoolSample{Time: at, Ready: i % 3, Target: 2, HitRate: hr})
+		mem = append(mem, MemorySample{Time: at, Bytes: uint64(i) << 20})
+	}
+	f.d.cfg.Pool = func() []PoolSample { return pool }
+	f.tenants["alice"].SessionMemory = func() []MemorySample { return mem }
 	_, page := get(t, http.DefaultClient, f.srv.URL+"/metrics", "Authorization", "Bearer tok-a")
 	for _, c := range charts {
 		if !strings.Contains(page, `src="/metrics/`+c.Name+`"`) {
@@ -581,6 +596,10 @@ func TestMetricsCharts(t *testing.T) {
 		if strings.Contains(svg, "<script") || strings.Contains(svg, "style=") {
 			t.Errorf("%s has script or inline style", c.Name)
 		}
+	}
+	// A tenant without sessions' samples has no such chart.
+	if res, _ := get(t, http.DefaultClient, f.srv.URL+"/metrics/sessions-memory.svg", "Authorization", "Bearer tok-b"); res.StatusCode != http.StatusNotFound {
+		t.Errorf("sessions' memory chart without samples: %s", res.Status)
 	}
 	if _, sec := get(t, http.DefaultClient, f.srv.URL+"/security", "Authorization", "Bearer tok-a"); !strings.Contains(sec, `<a href="/runs/m2">`) {
 		t.Error("the timed-out run is not among the runs that met a limit")

@@ -22,6 +22,32 @@ var charts = []chartDef{
 	{"runs-per-minute.svg", "Runs per minute, by status (last hour)", "Stacked bars: how many runs started each minute of the last hour, by how they ended."},
 	{"latency.svg", "Run duration percentiles over time", "Lines: the 50th, 90th and 99th percentile of run duration, in milliseconds, over the newest runs."},
 	{"cpu-memory.svg", "CPU time and peak memory per run", "Scatter: each of the newest runs by its CPU time and its peak memory."},
+	{"pool.svg", "Warm pool: sandboxes ready and wanted (last hour)", "Lines: how many started sandboxes wait for a run, and how many the pool aims for, shared by every tenant."},
+	{"pool-hits.svg", "Warm pool hit rate (last hour)", "Line: the share of runs that found a sandbox ready, per 10 seconds."},
+	{"sessions-memory.svg", "Sessions' memory (last hour)", "Line: the memory this tenant's sessions hold, in MiB."},
+}
+
+// available are the charts this server and tenant can draw.
+func (d *Dash) available(v *viewer) []chartDef {
+	var out []chartDef
+	for _, c := range charts {
+		switch c.Name {
+		case "pool.svg", "pool-hits.svg":
+			if d.cfg.Pool == nil {
+				continue
+			}
+		case "sessions-memory.svg":
+			if v.t.SessionMemory == nil {
+				continue
+			}
+		default:
+			if v.t.History == nil {
+				continue
+			}
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // metricsPage shows the charts (as images served beside it: the CSP
@@ -51,7 +77,7 @@ func (d *Dash) metricsPage(w http.ResponseWriter, r *http.Request, v *viewer) {
 		}
 	}
 	d.render(w, r, http.StatusOK, "metrics", v, map[string]any{
-		"Charts": charts, "Runs": len(runs), "Counts": cs,
+		"Charts": d.available(v), "Runs": len(runs), "Counts": cs,
 	})
 }
 
@@ -62,19 +88,30 @@ func (d *Dash) recent(ctx context.Context, v *viewer) ([]history.Run, error) {
 // metricsChart draws one chart as SVG.
 func (d *Dash) metricsChart(w http.ResponseWriter, r *http.Request, v *viewer) {
 	name := r.PathValue("chart")
-	i := slices.IndexFunc(charts, func(c chartDef) bool { return c.Name == name })
-	if i < 0 || v.t.History == nil {
+	avail := d.available(v)
+	i := slices.IndexFunc(avail, func(c chartDef) bool { return c.Name == name })
+	if i < 0 {
 		d.notFound(w, r, v, "such chart")
-		return
-	}
-	runs, err := d.recent(r.Context(), v)
-	if err != nil {
-		d.errorPage(w, r, v, statusOf(err), "Reading the history failed: "+err.Error())
 		return
 	}
 	now := d.cfg.Now()
 	var svg []byte
+	var runs []history.Run
+	if name == "runs-per-minute.svg" || name == "latency.svg" || name == "cpu-memory.svg" {
+		var err error
+		if runs, err = d.recent(r.Context(), v); err != nil {
+			d.errorPage(w, r, v, statusOf(err), "Reading the history failed: "+err.Error())
+			return
+		}
+	}
+	charts := avail
 	switch name {
+	case "pool.svg":
+		svg = chart.Line(poolChart(d.cfg.Pool(), charts[i]))
+	case "pool-hits.svg":
+		svg = chart.Line(poolHits(d.cfg.Pool(), charts[i]))
+	case "sessions-memory.svg":
+		svg = chart.Line(sessionMemory(v.t.SessionMemory(), charts[i]))
 	case "runs-per-minute.svg":
 		svg = chart.StackedBars(runsPerMinute(runs, now, charts[i]))
 	case "latency.svg":
@@ -165,4 +202,34 @@ func cpuMemory(runs []history.Run, def chartDef) chart.Chart {
 		}
 	}
 	return chart.Chart{Title: def.Title, Desc: def.Alt, X: chart.Axis{Label: "CPU time", Unit: "ms"}, Y: chart.Axis{Label: "Peak memory", Unit: "MiB"}, Series: []chart.Series{ok, bad}}
+}
+
+func poolChart(ps []PoolSample, def chartDef) chart.Chart {
+	ready, target := chart.Series{Name: "ready"}, chart.Series{Name: "wanted"}
+	for _, p := range ps {
+		x := float64(p.Time.Unix())
+		ready.Points = append(ready.Points, chart.Point{X: x, Y: float64(p.Ready)})
+		target.Points = append(target.Points, chart.Point{X: x, Y: float64(p.Target)})
+	}
+	return chart.Chart{Title: def.Title, Desc: def.Alt, X: chart.Axis{Label: "Time", Time: true}, Y: chart.Axis{Label: "Sandboxes"}, Series: []chart.Series{ready, target}}
+}
+
+func poolHits(ps []PoolSample, def chartDef) chart.Chart {
+	hits := chart.Series{Name: "found one ready"}
+	for _, p := range ps {
+		y := math.NaN() // no runs then: a gap, not a zero
+		if p.HitRate >= 0 {
+			y = 100 * p.HitRate
+		}
+		hits.Points = append(hits.Points, chart.Point{X: float64(p.Time.Unix()), Y: y})
+	}
+	return chart.Chart{Title: def.Title, Desc: def.Alt, X: chart.Axis{Label: "Time", Time: true}, Y: chart.Axis{Label: "Runs", Unit: "%"}, Series: []chart.Series{hits}}
+}
+
+func sessionMemory(ms []MemorySample, def chartDef) chart.Chart {
+	mem := chart.Series{Name: "sessions"}
+	for _, m := range ms {
+		mem.Points = append(mem.Points, chart.Point{X: float64(m.Time.Unix()), Y: float64(m.Bytes) / (1 << 20)})
+	}
+	return chart.Chart{Title: def.Title, Desc: def.Alt, X: chart.Axis{Label: "Time", Time: true}, Y: chart.Axis{Label: "Memory", Unit: "MiB"}, Series: []chart.Series{mem}}
 }
