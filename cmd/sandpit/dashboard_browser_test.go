@@ -19,6 +19,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
@@ -182,8 +183,56 @@ func (tb *tab) login(t *testing.T, base, token, next string) {
 	if loc := run(t, tb, "location", chromedp.Location()); !strings.HasPrefix(loc, base+"/login?next=") {
 		t.Fatalf("not logged in, %s went to %s, not the login page", next, loc)
 	}
+	tb.audit(t, "login")
 	tb.do(t, "log in", chromedp.SendKeys(chromedp.ID("token"), token), chromedp.Click(chromedp.ID("login-submit")),
 		chromedp.WaitVisible(chromedp.ID("tenant")))
+}
+
+// auditJS checks what a page owes people using a keyboard, a screen
+// reader, or weak eyes: a language, one h1, alt text on every image, a
+// label on every field, a name on every link and button, and text
+// contrast of at least 4.5:1 (WCAG AA) against the background it sits on.
+// It returns the problems found.
+const auditJS = `(() => {
+  const out = [];
+  if (!document.documentElement.lang) out.push("no lang on <html>");
+  if (document.querySelectorAll("h1").length !== 1) out.push(document.querySelectorAll("h1").length + " h1 elements");
+  document.querySelectorAll("img").forEach(i => { if (!i.getAttribute("alt")) out.push("image without alt: " + i.src); });
+  document.querySelectorAll("input:not([type=hidden]), select, textarea").forEach(f => {
+    if (!(f.labels && f.labels.length) && !f.getAttribute("aria-label")) out.push("field without a label: " + (f.name || f.id));
+  });
+  document.querySelectorAll("a, button").forEach(e => {
+    if (!(e.textContent.trim() || e.getAttribute("aria-label"))) out.push("link or button without a name: " + e.outerHTML.slice(0, 80));
+  });
+  const rgb = c => (c.match(/[\d.]+/g) || []).map(Number);
+  const lum = ([r, g, b]) => { const f = v => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); }; return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b); };
+  const bg = el => { for (let e = el; e; e = e.parentElement) { const c = rgb(getComputedStyle(e).backgroundColor); if (c.length === 3 || (c.length === 4 && c[3] > 0.9)) return c.slice(0, 3); } return [255, 255, 255]; };
+  document.querySelectorAll("body *").forEach(el => {
+    if (!Array.from(el.childNodes).some(n => n.nodeType === 3 && n.textContent.trim())) return;
+    const st = getComputedStyle(el);
+    if (st.visibility === "hidden" || st.display === "none" || el.closest(".sr-only, .skip")) return;
+    const a = lum(rgb(st.color).slice(0, 3)), b = lum(bg(el));
+    const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    if (ratio < 4.5) out.push("contrast " + ratio.toFixed(2) + " for " + el.tagName.toLowerCase() + "." + el.className + ": " + el.textContent.trim().slice(0, 40));
+  });
+  return out.slice(0, 20);
+})()`
+
+// audit fails t with the page's accessibility problems (auditJS), and
+// checks that the keyboard's first stop is the skip link.
+func (tb *tab) audit(t *testing.T, page string) {
+	t.Helper()
+	for _, p := range run(t, tb, "audit "+page, chromedp.Evaluate[[]string](auditJS)) {
+		t.Errorf("%s: %s", page, p)
+	}
+	if page == "login" {
+		return // its token field has the focus (autofocus): typing is the first thing to do
+	}
+	// The keyboard: the first Tab reaches the skip link.
+	tb.do(t, "tab on "+page, chromedp.Evaluate[chromedp.Void](`document.activeElement && document.activeElement.blur()`), chromedp.KeyEvent(kb.Tab))
+	if got := run(t, tb, "focus on "+page, chromedp.Evaluate[string](`document.activeElement.className`)); got != "skip" {
+		t.Errorf("%s: the first Tab focuses %q, not the skip link", page, got)
+	}
 }
 
 func (tb *tab) text(t *testing.T, sel string) string {
@@ -217,7 +266,7 @@ func TestDashboardBrowser(t *testing.T) {
 
 	// alice's state: a run with a plot, a hostile run, a snapshot.
 	plot := runResult(t, call(t, alice, "run_code", map[string]any{"language": "python", "code": strings.Join([]string{
-		"import matplotlib", "matplotlib.use('Agg')", "import matplotlib.pyplot as plt",
+		"# a plot, and a file", "import matplotlib", "matplotlib.use('Agg')", "import matplotlib.pyplot as plt",
 		"plt.plot([1, 2, 3], [1, 4, 9])", "plt.savefig('plot.png')", "open('notes.txt', 'w').write('hello\\n')", "print('plotted 3 points')",
 	}, "\n")}))
 	if plot.Status != "success" {
@@ -237,6 +286,7 @@ func TestDashboardBrowser(t *testing.T) {
 	a := newTab(t, bin, srv.base)
 	a.login(t, srv.base, ta, "/")
 	a.screenshot(t, "live-empty")
+	a.audit(t, "live")
 
 	// A run appears in Live while it runs (the page refreshes itself).
 	bg := runResult(t, call(t, alice, "run_code", map[string]any{"language": "bash", "code": "echo started; sleep 55", "background": true, "timeout_seconds": 58}))
@@ -266,6 +316,7 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Errorf("History shows the cancelled run as %q", st)
 	}
 	a.screenshot(t, "history")
+	a.audit(t, "history")
 
 	// The plot run's page: its output, the plot inline, the files it made.
 	a.do(t, "the plot run's page", chromedp.Navigate(srv.base+"/runs/"+plot.ID), chromedp.WaitVisible(chromedp.ID("stdout")))
@@ -281,6 +332,7 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Error("the plot is not shown inline (no image, or it did not load)")
 	}
 	a.screenshot(t, "run-plot")
+	a.audit(t, "run")
 	// Run again, in a fresh sandbox: a new run, in the history like any.
 	a.do(t, "run it again", chromedp.Click(chromedp.ID("rerun")), chromedp.WaitVisible(chromedp.ID("confirm")),
 		chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("run-id")))
@@ -301,6 +353,7 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Errorf("the diff of the file the run made: %q", d)
 	}
 	a.screenshot(t, "run-diff")
+	a.audit(t, "diff")
 
 	// What a program prints is text: no dialog, the markup and the escape
 	// codes visible as written.
@@ -322,10 +375,12 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Errorf("workspace listing: %q", ws)
 	}
 	a.screenshot(t, "workspace")
+	a.audit(t, "workspace")
 
 	// A snapshot restored from the timeline, through its confirmation.
 	a.do(t, "snapshots", chromedp.Navigate(srv.base+"/snapshots"), chromedp.WaitVisible(chromedp.CSS(`li[data-snapshot="`+snapID+`"]`)))
 	a.screenshot(t, "snapshots")
+	a.audit(t, "snapshots")
 	a.do(t, "restore", chromedp.Click(chromedp.CSS(`li[data-snapshot="`+snapID+`"] a.danger`)), chromedp.WaitVisible(chromedp.ID("confirm")),
 		chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("restored")))
 	if r := call(t, alice, "read_file", map[string]any{"path": "later.txt"}); !r.IsError {
@@ -342,11 +397,13 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Errorf("not all 6 charts loaded")
 	}
 	a.screenshot(t, "metrics")
+	a.audit(t, "metrics")
 	a.do(t, "security", chromedp.Navigate(srv.base+"/security"), chromedp.WaitVisible(chromedp.ID("events")))
 	if ev := a.text(t, "#events"); !strings.Contains(ev, "refused") || !strings.Contains(ev, "timeout") {
 		t.Errorf("alice's security page: %q", ev)
 	}
 	a.screenshot(t, "security")
+	a.audit(t, "security")
 	a.check(t)
 
 	// Tenant B's browser: alice's run is "not found", as one that never was.
@@ -372,6 +429,7 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Error("bob's page shows alice's output")
 	}
 	b.screenshot(t, "other-tenant-404")
+	b.audit(t, "not found")
 	// bob is an operator: every tenant, and the request refused for want
 	// of a token.
 	b.do(t, "operator", chromedp.Navigate(srv.base+"/operator"), chromedp.WaitVisible(chromedp.CSS(`tr[data-tenant="alice"]`)))
@@ -379,6 +437,7 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Errorf("the operator's refused requests: %q", ev)
 	}
 	b.screenshot(t, "operator")
+	b.audit(t, "operator")
 	b.check(t)
 	// A page that exists still shows bob his own (empty) history.
 	b.do(t, "bob's history", chromedp.Navigate(srv.base+"/runs"), chromedp.WaitVisible(chromedp.ID("no-runs")))
