@@ -438,6 +438,12 @@ func TestDashboardBrowser(t *testing.T) {
 	}
 	b.screenshot(t, "operator")
 	b.audit(t, "operator")
+	// ...and reads alice's history from there, read-only.
+	b.do(t, "alice's history, as an operator", chromedp.Click(chromedp.CSS(`tr[data-tenant="alice"] a`)), chromedp.WaitVisible(chromedp.ID("viewing")))
+	if h := b.text(t, "#runs"); !strings.Contains(h, plot.ID) {
+		t.Errorf("the operator's view of alice's history lacks run %s", plot.ID)
+	}
+	b.audit(t, "operator's view of a tenant")
 	b.check(t)
 	// A page that exists still shows bob his own (empty) history.
 	b.do(t, "bob's history", chromedp.Navigate(srv.base+"/runs"), chromedp.WaitVisible(chromedp.ID("no-runs")))

@@ -270,6 +270,9 @@ type viewer struct {
 	login    *login // nil for a bearer or no-auth request
 	t        *Tenant
 	operator bool
+	// other is the tenant an operator is viewing (?tenant=NAME), read
+	// only; "" for the viewer's own.
+	other string
 }
 
 // csrf is the token a POST form of this viewer carries.
@@ -301,6 +304,10 @@ func (d *Dash) tenantAction(scope string, f pageFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		v, ok := d.viewer(w, r, scope)
 		if !ok {
+			return
+		}
+		if v.other != "" {
+			d.errorPage(w, r, v, http.StatusForbidden, "An operator reads another tenant's pages; cancelling, restoring and running belong to the tenant.")
 			return
 		}
 		if d.cfg.ReadOnly {
@@ -351,7 +358,17 @@ func (d *Dash) viewer(w http.ResponseWriter, r *http.Request, scope string) (*vi
 		return nil, false
 	}
 	v.operator = slices.Contains(d.cfg.Operators, v.p.Tenant)
-	t, err := d.cfg.Tenants.Tenant(r.Context(), v.p.Tenant)
+	name := v.p.Tenant
+	if other := r.URL.Query().Get("tenant"); other != "" && other != name {
+		// An operator may read another tenant's pages; to anyone else
+		// the parameter names nothing.
+		if !v.operator || !d.tenantExists(r.Context(), other) {
+			d.notFound(w, r, v, "such tenant")
+			return nil, false
+		}
+		name, v.other = other, other
+	}
+	t, err := d.cfg.Tenants.Tenant(r.Context(), name)
 	if err != nil {
 		d.log.Warn("dashboard: tenant unavailable", "err", err)
 		d.errorPage(w, r, v, statusOf(err), "This tenant's state is not available now: "+err.Error())
@@ -398,4 +415,34 @@ func (d *Dash) plain(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(status)
 	fmt.Fprintln(w, msg)
+}
+
+// tenantExists reports whether name is a tenant the operator's list has:
+// an operator's ?tenant= never makes one.
+func (d *Dash) tenantExists(ctx context.Context, name string) bool {
+	if d.cfg.Summaries == nil {
+		return false
+	}
+	list, err := d.cfg.Summaries(ctx)
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(list, func(s TenantSummary) bool { return s.Name == name })
+}
+
+// tenantNames lists the tenants for an operator's filter.
+func (d *Dash) tenantNames(ctx context.Context) []string {
+	if d.cfg.Summaries == nil {
+		return nil
+	}
+	list, err := d.cfg.Summaries(ctx)
+	if err != nil {
+		return nil
+	}
+	names := make([]string, len(list))
+	for i, s := range list {
+		names[i] = s.Name
+	}
+	slices.Sort(names)
+	return names
 }

@@ -746,6 +746,26 @@ func TestSecurityAndOperator(t *testing.T) {
 	if r1.StatusCode != http.StatusNotFound || strings.Contains(b1, "HTTP 401") || r2.StatusCode != http.StatusNotFound || strings.Contains(b1, `href="/operator"`) {
 		t.Errorf("/operator for a non-operator: %s\n%s", r1.Status, b1)
 	}
+	// An operator reads another tenant's history, read-only; nobody else
+	// can name another tenant, and no name makes a tenant.
+	record(t, f.hist["alice"], history.Run{ID: "aliceone", Code: "alice_code()"})
+	if r, body := get(t, http.DefaultClient, srv.URL+"/runs?tenant=alice", "Authorization", "Bearer tok-b"); r.StatusCode != http.StatusOK ||
+		!strings.Contains(body, `href="/runs/aliceone?tenant=alice"`) || !strings.Contains(body, `id="viewing"`) || !strings.Contains(body, `<option value="alice" selected>`) {
+		t.Errorf("bob reading alice's history: %s\n%s", r.Status, body)
+	}
+	if r, body := get(t, http.DefaultClient, srv.URL+"/runs/aliceone?tenant=alice", "Authorization", "Bearer tok-b"); r.StatusCode != http.StatusOK || !strings.Contains(body, "alice_code") || strings.Contains(body, `id="rerun"`) {
+		t.Errorf("bob reading alice's run: %s", r.Status)
+	}
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/runs/aliceone/rerun?tenant=alice", nil)
+	req.Header.Set("Authorization", "Bearer tok-b")
+	if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != http.StatusForbidden {
+		t.Errorf("bob acting on alice's run: %v %v", res.Status, err)
+	}
+	for _, tc := range []struct{ tok, q string }{{"tok-a", "?tenant=bob"}, {"tok-b", "?tenant=nosuch"}} {
+		if r, _ := get(t, http.DefaultClient, srv.URL+"/runs"+tc.q, "Authorization", "Bearer "+tc.tok); r.StatusCode != http.StatusNotFound {
+			t.Errorf("%s /runs%s: %s", tc.tok, tc.q, r.Status)
+		}
+	}
 	r, body := get(t, http.DefaultClient, srv.URL+"/operator", "Authorization", "Bearer tok-b")
 	if r.StatusCode != http.StatusOK || !strings.Contains(body, `<tr data-tenant="alice">`) || !strings.Contains(body, "1 refused") || !strings.Contains(body, "invalid_token") || !strings.Contains(body, `href="/operator"`) {
 		t.Errorf("/operator for bob: %s\n%s", r.Status, body)

@@ -85,6 +85,8 @@ type runsData struct {
 	Next                          template.URL // the query of the next (older) page
 	First                         bool
 	FilterQuery                   template.URL // each value query-escaped here
+	Tenants                       []string     // for an operator: whose history to read
+	Viewing                       string
 }
 
 func (d *Dash) runsPage(w http.ResponseWriter, r *http.Request, v *viewer) {
@@ -123,8 +125,11 @@ func (d *Dash) runsPage(w http.ResponseWriter, r *http.Request, v *viewer) {
 		d.errorPage(w, r, v, statusOf(err), "Reading the history failed: "+err.Error())
 		return
 	}
-	filter := make([]string, 0, 4)
-	for _, kv := range [][2]string{{"status", rd.Status}, {"language", rd.Language}, {"q", rd.Text}, {"since", rd.Since}} {
+	if v.operator {
+		rd.Tenants, rd.Viewing = d.tenantNames(r.Context()), v.other
+	}
+	filter := make([]string, 0, 5)
+	for _, kv := range [][2]string{{"tenant", v.other}, {"status", rd.Status}, {"language", rd.Language}, {"q", rd.Text}, {"since", rd.Since}} {
 		if kv[1] != "" {
 			filter = append(filter, kv[0]+"="+urlQueryEscape(kv[1]))
 		}

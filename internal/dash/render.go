@@ -29,7 +29,11 @@ type page struct {
 	// read-only view).
 	Actions  bool
 	Operator bool // show the operator's page in the menu
-	Data     any
+	// Viewing is the other tenant an operator reads; TQ and TA carry it
+	// in links ("?tenant=NAME", "&tenant=NAME"), empty otherwise.
+	Viewing string
+	TQ, TA  template.URL
+	Data    any
 }
 
 func (d *Dash) parse() error {
@@ -90,6 +94,10 @@ func (d *Dash) renderPage(w http.ResponseWriter, status int, name, entry string,
 	p := page{Title: titles[name], Nav: name, Data: data, Actions: !d.cfg.ReadOnly}
 	if v != nil {
 		p.Tenant, p.CSRF, p.Login, p.Operator = v.p.Tenant, v.csrf(), v.login != nil, v.operator
+		if v.other != "" {
+			p.Viewing, p.Actions = v.other, false
+			p.TQ, p.TA = template.URL("?tenant="+url.QueryEscape(v.other)), template.URL("&tenant="+url.QueryEscape(v.other))
+		}
 	}
 	// Rendered whole before a byte is sent: a template error is a 500,
 	// not half a page.
