@@ -339,7 +339,7 @@ func (d PrivateDaemon) PID() int {
 	d.defaults()
 	if b, err := os.ReadFile(filepath.Join(d.Dir, "containerd.pid")); err == nil {
 		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err == nil && pid > 0 && isContainerd(pid) {
+		if err == nil && pid > 0 && d.isOurs(pid) {
 			return pid
 		}
 	}
@@ -351,15 +351,27 @@ func (d PrivateDaemon) PID() int {
 	return 0
 }
 
-// isContainerd says whether pid is a live containerd (a pid file can name
-// a pid reused since by anything).
-func isContainerd(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || len(b) == 0 {
+// isOurs says whether pid is a live containerd with this daemon's state
+// dir. A pid file can name a pid reused since by anything — another
+// private containerd among them, on a host where pids wrap at 32768 and
+// tests start dozens: "a containerd" is not enough (a Stop of a dead
+// daemon once continued and ended another test's stopped one).
+func (d PrivateDaemon) isOurs(pid int) bool {
+	procDir := fmt.Sprintf("/proc/%d", pid)
+	b, err := os.ReadFile(procDir + "/cmdline")
+	if err != nil || len(b) == 0 { // gone, or a zombie
 		return false
 	}
-	argv0, _, _ := strings.Cut(string(b), "\x00")
-	return filepath.Base(argv0) == "containerd"
+	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	if filepath.Base(args[0]) != "containerd" {
+		return false
+	}
+	want, err := filepath.Abs(d.StateDir())
+	if err != nil {
+		return false
+	}
+	state := containerdState(args[1:], procDir)
+	return state != "" && filepath.Clean(state) == filepath.Clean(want)
 }
 
 // Stop ends the private daemon: SIGTERM, then SIGKILL after 5 s. Its
@@ -374,7 +386,7 @@ func (d PrivateDaemon) Stop(ctx context.Context) error {
 	syscall.Kill(pid, syscall.SIGTERM)
 	syscall.Kill(pid, syscall.SIGCONT) // a stopped daemon acts on SIGTERM only once continued
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
-		if !isContainerd(pid) { // gone (or a zombie)
+		if !d.isOurs(pid) { // gone (or a zombie)
 			os.Remove(filepath.Join(d.Dir, "containerd.pid"))
 			d.releaseState()
 			return nil
@@ -385,9 +397,11 @@ func (d PrivateDaemon) Stop(ctx context.Context) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	syscall.Kill(pid, syscall.SIGKILL)
+	if d.isOurs(pid) {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
 	os.Remove(filepath.Join(d.Dir, "containerd.pid"))
-	for deadline := time.Now().Add(5 * time.Second); isContainerd(pid) && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(5 * time.Second); d.isOurs(pid) && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
 	}
 	d.releaseState()

@@ -3,6 +3,7 @@ package runtime
 import (
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -58,5 +59,62 @@ func TestStartKillsADaemonThatNeverAnswers(t *testing.T) {
 	}
 	if _, err := os.Stat(pidFile); err == nil {
 		t.Errorf("the pid file still names a daemon")
+	}
+}
+
+// A pid file naming a pid that another containerd has since taken (pids
+// wrap at 32768 on these hosts) is not this daemon's: PID does not give
+// it, and Stop neither signals nor kills it. A containerd with this
+// daemon's config is.
+func TestPIDIsThisDaemonsOnly(t *testing.T) {
+	perl, err := exec.LookPath("perl")
+	if err != nil {
+		t.Skip("no perl to stand for a containerd process")
+	}
+	dir := t.TempDir()
+	d := PrivateDaemon{Dir: filepath.Join(dir, "run"), Root: filepath.Join(dir, "root")}
+	if err := os.MkdirAll(d.Dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	own := filepath.Join(d.Dir, "config.toml")
+	if err := os.WriteFile(own, []byte(d.Config()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "other.toml")
+	if err := os.WriteFile(other, []byte(`state = "`+filepath.Join(dir, "other-state")+`"`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A process whose argv[0] is containerd, started with a config.
+	fake := func(conf string) (*exec.Cmd, chan struct{}) {
+		t.Helper()
+		cmd := &exec.Cmd{Path: perl, Args: []string{"containerd", "-e", "sleep 60", "--", "--config", conf}}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() { cmd.Wait(); close(exited) }()
+		t.Cleanup(func() { cmd.Process.Kill(); <-exited })
+		return cmd, exited
+	}
+	pidFile := filepath.Join(d.Dir, "containerd.pid")
+
+	theirs, theirsExited := fake(other)
+	os.WriteFile(pidFile, []byte(strconv.Itoa(theirs.Process.Pid)+"\n"), 0o644)
+	if got := d.PID(); got != 0 {
+		t.Errorf("PID() = %d: another containerd's pid, from a stale pid file", got)
+	}
+	if err := d.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-theirsExited:
+		t.Errorf("Stop of a dead daemon ended another containerd (pid %d)", theirs.Process.Pid)
+	case <-time.After(300 * time.Millisecond): // a signal, had one been sent, lands at once
+	}
+
+	ours, _ := fake(own)
+	os.WriteFile(pidFile, []byte(strconv.Itoa(ours.Process.Pid)+"\n"), 0o644)
+	if got := d.PID(); got != ours.Process.Pid {
+		t.Errorf("PID() = %d, want %d (a containerd with this daemon's config)", got, ours.Process.Pid)
 	}
 }
