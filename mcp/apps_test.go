@@ -6,24 +6,17 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/chromedp/cdproto/log"
-	"github.com/chromedp/cdproto/network"
-	"github.com/chromedp/cdproto/page"
-	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/testbrowser"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 	"github.com/sandpit-dev/sandpit/store/workspace"
 )
@@ -226,30 +219,6 @@ func (r *printingRunner) Run(ctx context.Context, req sandpit.Request) (*sandpit
 	return res, nil
 }
 
-// appBrowser is the Chromium that TestRunAppBrowser drives: SANDPIT_BROWSER
-// (its absence then fails the test), else Debian's /usr/bin/chromium or
-// chromium on PATH, else the test is skipped, saying why.
-func appBrowser(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("SANDPIT_BROWSER"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("SANDPIT_BROWSER=%s: %v", p, err)
-		}
-		return p
-	}
-	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
-		return "/usr/bin/chromium"
-	}
-	p, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv(testenv.EnvRequire) == "1" {
-			t.Fatal("no chromium (install Debian's chromium, or run scripts/test.sh, which does)")
-		}
-		t.Skip("no /usr/bin/chromium or chromium on PATH, and SANDPIT_BROWSER unset: the run app's browser test needs Debian's chromium")
-	}
-	return p
-}
-
 // appHostPage stands for an MCP Apps host: it frames the app (another
 // origin, sandboxed, as hosts do; allow-modals so that a script the app ran
 // by mistake could open a dialog the test sees), answers ui/initialize,
@@ -299,96 +268,6 @@ window.addEventListener("message", async (ev) => {
 });
 </script>
 </body></html>`
-
-// appTab is a browser tab watching what the pages in it must not do: open
-// a dialog, log an error or warning, throw, or ask an origin other than
-// the test's two for anything.
-type appTab struct {
-	ctx     context.Context
-	origins []string
-
-	mu       sync.Mutex
-	problems []string
-	requests int
-}
-
-func newAppTab(t *testing.T, bin string, origins ...string) *appTab {
-	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.Headless, chromedp.DisableGPU,
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1000, 800),
-		chromedp.Flag("no-proxy-server", true),
-		// A sandboxed frame stays in the page's process (Chromium gives it
-		// a process of its own by default), so that the test can read its
-		// page and hear its console: the sandbox itself is unchanged.
-		chromedp.Flag("disable-features", "Translate,BlinkGenPropertyTrees,IsolateSandboxedIframes"))
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); cancelA() })
-	tb := &appTab{ctx: ctx, origins: origins}
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("starting %s: %v", bin, err)
-	}
-	if err := chromedp.Listen(ctx, tb.event); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := chromedp.Call(ctx, network.Enable, network.EnableParams{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := chromedp.Call(ctx, log.Enable, struct{}{}); err != nil {
-		t.Fatal(err)
-	}
-	return tb
-}
-
-func (tb *appTab) event(ev any) {
-	tb.mu.Lock()
-	defer tb.mu.Unlock()
-	switch e := ev.(type) {
-	case *page.EventJavascriptDialogOpening:
-		tb.problems = append(tb.problems, "a dialog opened: "+e.Message)
-		go chromedp.Call(tb.ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: false})
-	case *cdpruntime.EventExceptionThrown:
-		tb.problems = append(tb.problems, "exception: "+e.ExceptionDetails.Text)
-	case *cdpruntime.EventConsoleAPICalled:
-		if e.Type == cdpruntime.ConsoleAPICalledTypeError || e.Type == cdpruntime.ConsoleAPICalledTypeWarning {
-			tb.problems = append(tb.problems, fmt.Sprintf("console %s", e.Type))
-		}
-	case *log.EventEntryAdded:
-		if e.Entry.Level == log.EntryLevelError || e.Entry.Level == log.EntryLevelWarning {
-			tb.problems = append(tb.problems, fmt.Sprintf("log %s (%s): %s %s", e.Entry.Level, e.Entry.Source, e.Entry.Text, e.Entry.URL))
-		}
-	case *network.EventRequestWillBeSent:
-		tb.requests++
-		u, err := url.Parse(e.Request.URL)
-		if err != nil || (u.Scheme != "data" && !slices.Contains(tb.origins, u.Scheme+"://"+u.Host)) {
-			tb.problems = append(tb.problems, "a request to another origin: "+e.Request.URL)
-		}
-	}
-}
-
-func (tb *appTab) check(t *testing.T) {
-	t.Helper()
-	tb.mu.Lock()
-	defer tb.mu.Unlock()
-	for _, p := range tb.problems {
-		t.Errorf("browser: %s", p)
-	}
-	if tb.requests == 0 {
-		t.Error("the browser saw no request at all: the network watch is not working")
-	}
-}
-
-func appRun[T any](t *testing.T, tb *appTab, what string, a chromedp.Action[T]) T {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(tb.ctx, testenv.Patience)
-	defer cancel()
-	v, err := chromedp.Run(ctx, a)
-	if err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-	return v
-}
 
 // appFacts is what the test reads of the app's page once it has drawn.
 type appFacts struct {
@@ -446,7 +325,7 @@ type hostFacts struct {
 // output past the app's bound is cut with a note, and no page logs an
 // error or asks another origin for anything.
 func TestRunAppBrowser(t *testing.T) {
-	bin := appBrowser(t)
+	bin := testbrowser.Path(t)
 
 	ws, err := workspace.Open(filepath.Join(t.TempDir(), "ws"), workspace.Options{MaxReadBytes: 1 << 20})
 	if err != nil {
@@ -532,22 +411,21 @@ func TestRunAppBrowser(t *testing.T) {
 	host := httptest.NewServer(mux)
 	t.Cleanup(host.Close)
 
-	tb := newAppTab(t, bin, host.URL, app.URL)
-	appRun(t, tb, "open the host page", chromedp.Navigate(host.URL+"/"))
-	frames := appRun(t, tb, "find the app's frame", chromedp.Nodes(chromedp.CSS("#app")))
+	// A sandboxed frame stays in the page's process (Chromium gives it a
+	// process of its own by default), so that the test can read its page
+	// and hear its console: the sandbox itself is unchanged.
+	tb := testbrowser.Open(t, bin, testbrowser.Options{Origins: []string{host.URL, app.URL}, Width: 1000, Height: 800,
+		Flags: map[string]any{"disable-features": "Translate,BlinkGenPropertyTrees,IsolateSandboxedIframes"}})
+	testbrowser.Run(t, tb, "open the host page", chromedp.Navigate(host.URL+"/"))
+	frames := testbrowser.Run(t, tb, "find the app's frame", chromedp.Nodes(chromedp.CSS("#app")))
 	// Navigate waits for the load event, which waits for the frame's.
-	got := appRun(t, tb, "read the app", chromedp.Poll[appFacts](appFactsJS, chromedp.WithPollingInFrame(frames[0]),
+	got := testbrowser.Run(t, tb, "read the app", chromedp.Poll[appFacts](appFactsJS, chromedp.WithPollingInFrame(frames[0]),
 		chromedp.WithPollingTimeout(testenv.Patience)))
-	heard := appRun(t, tb, "read the host", chromedp.Poll[hostFacts](
+	heard := testbrowser.Run(t, tb, "read the host", chromedp.Poll[hostFacts](
 		`window.pong && {Log: window.hostLog, Sizes: window.sizes, Pong: window.pong, Init: window.appInit}`,
 		chromedp.WithPollingTimeout(testenv.Patience)))
 
-	if dir := os.Getenv("SANDPIT_ARTIFACTS"); dir != "" { // for a person to look at; nothing compares it
-		png := appRun(t, tb, "screenshot", chromedp.FullScreenshot(100))
-		if err := os.WriteFile(filepath.Join(dir, "run-app.png"), png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tb.Screenshot(t, "run-app")
 
 	if got.Status != "success" || got.Exit != "exit code 0" || got.Duration != "1.23 s" || got.Language != "python" || got.RunID != "run-1" {
 		t.Errorf("header: status %q, %q, %q, %q, %q", got.Status, got.Exit, got.Duration, got.Language, got.RunID)
@@ -599,13 +477,13 @@ func TestRunAppBrowser(t *testing.T) {
 	// A second result (get_run's record, whose output is heads) replaces
 	// the first: its heads shown as such, the first one's image and table
 	// gone.
-	appRun(t, tb, "send get_run's result", chromedp.Evaluate[bool](`window.sendRecord().then(() => true)`, chromedp.EvalAwaitPromise))
+	testbrowser.Run(t, tb, "send get_run's result", chromedp.Evaluate[bool](`window.sendRecord().then(() => true)`, chromedp.EvalAwaitPromise))
 	type recordFacts struct {
 		Stdout, StderrNote string
 		Images             int
 		Table              bool
 	}
-	rec := appRun(t, tb, "read the app again", chromedp.Poll[recordFacts](`document.getElementById("stderr-note").textContent && {
+	rec := testbrowser.Run(t, tb, "read the app again", chromedp.Poll[recordFacts](`document.getElementById("stderr-note").textContent && {
 	  Stdout: document.getElementById("stdout").textContent, StderrNote: document.getElementById("stderr-note").textContent,
 	  Images: document.querySelectorAll("#images img").length, Table: !document.getElementById("table-section").hidden}`,
 		chromedp.WithPollingInFrame(frames[0]), chromedp.WithPollingTimeout(testenv.Patience)))
@@ -614,9 +492,9 @@ func TestRunAppBrowser(t *testing.T) {
 	}
 
 	// Opened on its own, not in a host, it says so and sends nothing.
-	appRun(t, tb, "open the app alone", chromedp.Navigate(app.URL+"/app"))
-	if s := appRun(t, tb, "read its status", chromedp.Poll[string](`document.getElementById("status").textContent`)); s != "no host" {
+	testbrowser.Run(t, tb, "open the app alone", chromedp.Navigate(app.URL+"/app"))
+	if s := testbrowser.Run(t, tb, "read its status", chromedp.Poll[string](`document.getElementById("status").textContent`)); s != "no host" {
 		t.Errorf("alone, the app says %q", s)
 	}
-	tb.check(t)
+	tb.Check(t)
 }

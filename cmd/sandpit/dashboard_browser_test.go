@@ -1,190 +1,28 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"net/http"
-	"net/url"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/chromedp/cdproto/log"
-	"github.com/chromedp/cdproto/network"
-	"github.com/chromedp/cdproto/page"
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
+	"github.com/sandpit-dev/sandpit/internal/testbrowser"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
-// browserPath is the Chromium the dashboard's tests drive: SANDPIT_BROWSER
-// (scripts/test.sh sets it, and then its absence fails the test), else
-// chromium on PATH, else the test is skipped, saying why.
-func browserPath(t *testing.T) string {
+// login logs tb in with token on the login page that opening next leads
+// to.
+func login(t *testing.T, tb *testbrowser.Tab, base, token, next string) {
 	t.Helper()
-	if p := os.Getenv("SANDPIT_BROWSER"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("SANDPIT_BROWSER=%s: %v", p, err)
-		}
-		return p
-	}
-	p, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv(testenv.EnvRequire) == "1" {
-			t.Fatal("no chromium (install Debian's chromium, or run scripts/test.sh, which does)")
-		}
-		t.Skip("no chromium on PATH and SANDPIT_BROWSER unset: the dashboard's browser tests need Debian's chromium (scripts/test.sh installs it)")
-	}
-	return p
-}
-
-// tab is one browser (its own profile: cookies are not shared) watching
-// what a page does that it must not: open a dialog, log an error, throw,
-// or ask another origin for anything.
-type tab struct {
-	ctx    context.Context
-	origin string
-
-	mu       sync.Mutex
-	problems []string
-	requests int
-	expected map[string]bool // URLs whose 404 the test asks for
-}
-
-func newTab(t *testing.T, bin, origin string) *tab {
-	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.Headless, chromedp.DisableGPU,
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
-		chromedp.Flag("no-proxy-server", true))
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); cancelA() })
-	tb := &tab{ctx: ctx, origin: origin}
-	if err := chromedp.Do(ctx); err != nil { // opens the tab before listening
-		t.Fatalf("starting %s: %v", bin, err)
-	}
-	if err := chromedp.Listen(ctx, tb.event); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := chromedp.Call(ctx, network.Enable, network.EnableParams{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := chromedp.Call(ctx, log.Enable, struct{}{}); err != nil {
-		t.Fatal(err)
-	}
-	return tb
-}
-
-func (tb *tab) event(ev any) {
-	tb.mu.Lock()
-	defer tb.mu.Unlock()
-	switch e := ev.(type) {
-	case *page.EventJavascriptDialogOpening:
-		tb.problems = append(tb.problems, "a dialog opened: "+e.Message)
-		go chromedp.Call(tb.ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: false})
-	case *runtime.EventExceptionThrown:
-		tb.problems = append(tb.problems, "exception: "+e.ExceptionDetails.Text)
-	case *runtime.EventConsoleAPICalled:
-		if e.Type == runtime.ConsoleAPICalledTypeError || e.Type == runtime.ConsoleAPICalledTypeWarning {
-			tb.problems = append(tb.problems, fmt.Sprintf("console %s", e.Type))
-		}
-	case *log.EventEntryAdded:
-		if tb.expected[e.Entry.URL] && strings.Contains(e.Entry.Text, "404") {
-			return
-		}
-		if e.Entry.Level == log.EntryLevelError || e.Entry.Level == log.EntryLevelWarning {
-			tb.problems = append(tb.problems, fmt.Sprintf("log %s (%s): %s %s", e.Entry.Level, e.Entry.Source, e.Entry.Text, e.Entry.URL))
-		}
-	case *network.EventRequestWillBeSent:
-		tb.requests++
-		u, err := url.Parse(e.Request.URL)
-		if err != nil || (u.Scheme+"://"+u.Host != tb.origin && u.Scheme != "data") {
-			tb.problems = append(tb.problems, "a request to another origin: "+e.Request.URL)
-		}
-	}
-}
-
-// check fails t with what the pages did that they must not.
-func (tb *tab) check(t *testing.T) {
-	t.Helper()
-	tb.mu.Lock()
-	defer tb.mu.Unlock()
-	for _, p := range tb.problems {
-		t.Errorf("browser: %s", p)
-	}
-	if tb.requests == 0 {
-		t.Error("the browser saw no request at all: the network watch is not working")
-	}
-}
-
-func (tb *tab) do(t *testing.T, what string, steps ...chromedp.Action[chromedp.Void]) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(tb.ctx, testenv.Patience)
-	defer cancel()
-	if err := chromedp.Do(ctx, steps...); err != nil {
-		tb.explain(t)
-		t.Fatalf("%s: %v", what, err)
-	}
-}
-
-// explain logs where the browser is and what it shows, for a failure.
-func (tb *tab) explain(t *testing.T) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(tb.ctx, 10*time.Second)
-	defer cancel()
-	loc, _ := chromedp.Run(ctx, chromedp.Location())
-	body, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : "(no body)"`))
-	tb.mu.Lock()
-	problems := slices.Clone(tb.problems)
-	tb.mu.Unlock()
-	t.Logf("browser at %s, problems so far %q, showing:\n%s", loc, problems, body)
-}
-
-func run[T any](t *testing.T, tb *tab, what string, a chromedp.Action[T]) T {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(tb.ctx, testenv.Patience)
-	defer cancel()
-	v, err := chromedp.Run(ctx, a)
-	if err != nil {
-		tb.explain(t)
-		t.Fatalf("%s: %v", what, err)
-	}
-	return v
-}
-
-// screenshot writes the page as a test artifact (SANDPIT_ARTIFACTS, else
-// the test's temp dir), for a person to look at; nothing compares it.
-func (tb *tab) screenshot(t *testing.T, name string) {
-	t.Helper()
-	dir := os.Getenv("SANDPIT_ARTIFACTS")
-	if dir == "" {
-		dir = filepath.Join(os.TempDir(), "sandpit-dashboard-screenshots")
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	png := run(t, tb, "screenshot "+name, chromedp.FullScreenshot(100))
-	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (tb *tab) login(t *testing.T, base, token, next string) {
-	t.Helper()
-	tb.do(t, "open "+next, chromedp.Navigate(base+next), chromedp.WaitVisible(chromedp.ID("token")))
-	if loc := run(t, tb, "location", chromedp.Location()); !strings.HasPrefix(loc, base+"/login?next=") {
+	tb.Do(t, "open "+next, chromedp.Navigate(base+next), chromedp.WaitVisible(chromedp.ID("token")))
+	if loc := testbrowser.Run(t, tb, "location", chromedp.Location()); !strings.HasPrefix(loc, base+"/login?next=") {
 		t.Fatalf("not logged in, %s went to %s, not the login page", next, loc)
 	}
-	tb.audit(t, "login")
-	tb.do(t, "log in", chromedp.SendKeys(chromedp.ID("token"), token), chromedp.Click(chromedp.ID("login-submit")),
+	audit(t, tb, "login")
+	tb.Do(t, "log in", chromedp.SendKeys(chromedp.ID("token"), token), chromedp.Click(chromedp.ID("login-submit")),
 		chromedp.WaitVisible(chromedp.ID("tenant")))
 }
 
@@ -220,24 +58,19 @@ const auditJS = `(() => {
 
 // audit fails t with the page's accessibility problems (auditJS), and
 // checks that the keyboard's first stop is the skip link.
-func (tb *tab) audit(t *testing.T, page string) {
+func audit(t *testing.T, tb *testbrowser.Tab, page string) {
 	t.Helper()
-	for _, p := range run(t, tb, "audit "+page, chromedp.Evaluate[[]string](auditJS)) {
+	for _, p := range testbrowser.Run(t, tb, "audit "+page, chromedp.Evaluate[[]string](auditJS)) {
 		t.Errorf("%s: %s", page, p)
 	}
 	if page == "login" {
 		return // its token field has the focus (autofocus): typing is the first thing to do
 	}
 	// The keyboard: the first Tab reaches the skip link.
-	tb.do(t, "tab on "+page, chromedp.Evaluate[chromedp.Void](`document.activeElement && document.activeElement.blur()`), chromedp.KeyEvent(kb.Tab))
-	if got := run(t, tb, "focus on "+page, chromedp.Evaluate[string](`document.activeElement.className`)); got != "skip" {
+	tb.Do(t, "tab on "+page, chromedp.Evaluate[chromedp.Void](`document.activeElement && document.activeElement.blur()`), chromedp.KeyEvent(kb.Tab))
+	if got := testbrowser.Run(t, tb, "focus on "+page, chromedp.Evaluate[string](`document.activeElement.className`)); got != "skip" {
 		t.Errorf("%s: the first Tab focuses %q, not the skip link", page, got)
 	}
-}
-
-func (tb *tab) text(t *testing.T, sel string) string {
-	t.Helper()
-	return run(t, tb, "text of "+sel, chromedp.Text(chromedp.CSS(sel)))
 }
 
 // The dashboard in a real browser (issue 28): log in with a token; a run
@@ -248,7 +81,7 @@ func (tb *tab) text(t *testing.T, sel string) string {
 // B's browser gets 404 for tenant A's run; no page asks another origin for
 // anything or logs an error.
 func TestDashboardBrowser(t *testing.T) {
-	bin := browserPath(t)
+	bin := testbrowser.Path(t)
 	data := filepath.Join(t.TempDir(), "data")
 	ta, tbTok := token(t, data, "alice"), token(t, data, "bob")
 	srv := startHTTP(t, data, "--operator", "bob")
@@ -283,60 +116,60 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Fatalf("write_file: %s; snapshot %v", text(r), snap)
 	}
 
-	a := newTab(t, bin, srv.base)
-	a.login(t, srv.base, ta, "/")
-	a.screenshot(t, "live-empty")
-	a.audit(t, "live")
+	a := testbrowser.Open(t, bin, testbrowser.Options{Origins: []string{srv.base}})
+	login(t, a, srv.base, ta, "/")
+	a.Screenshot(t, "live-empty")
+	audit(t, a, "live")
 
 	// A run appears in Live while it runs (the page refreshes itself).
 	bg := runResult(t, call(t, alice, "run_code", map[string]any{"language": "bash", "code": "echo started; sleep 55", "background": true, "timeout_seconds": 58}))
 	row := `tr[data-run="` + bg.ID + `"]`
-	a.do(t, "the background run appears in Live", chromedp.WaitVisible(chromedp.CSS(row)))
+	a.Do(t, "the background run appears in Live", chromedp.WaitVisible(chromedp.CSS(row)))
 	// With its memory as it runs (the page refreshes the row).
 	if !testenv.Poll(testenv.Patience, func() bool {
-		m := run(t, a, "the live row's memory", chromedp.Evaluate[string](`(document.querySelector('`+row+` td.mem') || {}).textContent || ""`))
+		m := testbrowser.Run(t, a, "the live row's memory", chromedp.Evaluate[string](`(document.querySelector('`+row+` td.mem') || {}).textContent || ""`))
 		return m != "" && m != "0 B"
 	}) {
 		t.Error("Live never showed the running sandbox's memory")
 	}
-	a.screenshot(t, "live-running")
+	a.Screenshot(t, "live-running")
 	// Cancelled from the page, through its confirmation.
-	a.do(t, "cancel it", chromedp.Click(chromedp.CSS(row+` a.danger`)), chromedp.WaitVisible(chromedp.ID("confirm")))
-	a.screenshot(t, "confirm-cancel")
-	a.do(t, "confirm", chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("run-status")))
-	if st := a.text(t, "#run-status"); st != "cancelled" {
+	a.Do(t, "cancel it", chromedp.Click(chromedp.CSS(row+` a.danger`)), chromedp.WaitVisible(chromedp.ID("confirm")))
+	a.Screenshot(t, "confirm-cancel")
+	a.Do(t, "confirm", chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("run-status")))
+	if st := a.Text(t, "#run-status"); st != "cancelled" {
 		t.Errorf("the cancelled run's page says %q", st)
 	}
-	if !strings.Contains(a.text(t, "main"), "cancelled by a person") {
+	if !strings.Contains(a.Text(t, "main"), "cancelled by a person") {
 		t.Error("the run's page does not say a person cancelled it")
 	}
 	// ...and it is in History.
-	a.do(t, "history", chromedp.Navigate(srv.base+"/runs"), chromedp.WaitVisible(chromedp.CSS(`#runs `+row)))
-	if st := a.text(t, row+" .status"); st != "cancelled" {
+	a.Do(t, "history", chromedp.Navigate(srv.base+"/runs"), chromedp.WaitVisible(chromedp.CSS(`#runs `+row)))
+	if st := a.Text(t, row+" .status"); st != "cancelled" {
 		t.Errorf("History shows the cancelled run as %q", st)
 	}
-	a.screenshot(t, "history")
-	a.audit(t, "history")
+	a.Screenshot(t, "history")
+	audit(t, a, "history")
 
 	// The plot run's page: its output, the plot inline, the files it made.
-	a.do(t, "the plot run's page", chromedp.Navigate(srv.base+"/runs/"+plot.ID), chromedp.WaitVisible(chromedp.ID("stdout")))
-	if out := a.text(t, "#stdout"); !strings.Contains(out, "plotted 3 points") {
+	a.Do(t, "the plot run's page", chromedp.Navigate(srv.base+"/runs/"+plot.ID), chromedp.WaitVisible(chromedp.ID("stdout")))
+	if out := a.Text(t, "#stdout"); !strings.Contains(out, "plotted 3 points") {
 		t.Errorf("the run's output on its page: %q", out)
 	}
-	files := a.text(t, "#files")
+	files := a.Text(t, "#files")
 	if !strings.Contains(files, "plot.png") || !strings.Contains(files, "notes.txt") {
 		t.Errorf("files changed: %q", files)
 	}
-	loaded := run(t, a, "the plot loaded", chromedp.Evaluate[bool](`(() => { const i = document.querySelector('.images img'); return !!i && i.complete && i.naturalWidth > 100; })()`))
+	loaded := testbrowser.Run(t, a, "the plot loaded", chromedp.Evaluate[bool](`(() => { const i = document.querySelector('.images img'); return !!i && i.complete && i.naturalWidth > 100; })()`))
 	if !loaded {
 		t.Error("the plot is not shown inline (no image, or it did not load)")
 	}
-	a.screenshot(t, "run-plot")
-	a.audit(t, "run")
+	a.Screenshot(t, "run-plot")
+	audit(t, a, "run")
 	// Run again, in a fresh sandbox: a new run, in the history like any.
-	a.do(t, "run it again", chromedp.Click(chromedp.ID("rerun")), chromedp.WaitVisible(chromedp.ID("confirm")),
+	a.Do(t, "run it again", chromedp.Click(chromedp.ID("rerun")), chromedp.WaitVisible(chromedp.ID("confirm")),
 		chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("run-id")))
-	again := a.text(t, "#run-id")
+	again := a.Text(t, "#run-id")
 	if again == plot.ID || again == "" {
 		t.Errorf("running again gave run %q (the first was %s)", again, plot.ID)
 	}
@@ -348,103 +181,101 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Errorf("the run started again (%s) did not end, or is unknown to the agent", again)
 	}
 	// What it did to a file, as a diff.
-	a.do(t, "the diff of notes.txt", chromedp.Navigate(srv.base+"/runs/"+plot.ID+"/diff?path=notes.txt"), chromedp.WaitVisible(chromedp.ID("diff")))
-	if d := a.text(t, "#diff"); !strings.Contains(d, "+hello") {
+	a.Do(t, "the diff of notes.txt", chromedp.Navigate(srv.base+"/runs/"+plot.ID+"/diff?path=notes.txt"), chromedp.WaitVisible(chromedp.ID("diff")))
+	if d := a.Text(t, "#diff"); !strings.Contains(d, "+hello") {
 		t.Errorf("the diff of the file the run made: %q", d)
 	}
-	a.screenshot(t, "run-diff")
-	a.audit(t, "diff")
+	a.Screenshot(t, "run-diff")
+	audit(t, a, "diff")
 
 	// What a program prints is text: no dialog, the markup and the escape
 	// codes visible as written.
-	a.do(t, "the hostile run's page", chromedp.Navigate(srv.base+"/runs/"+hostile.ID), chromedp.WaitVisible(chromedp.ID("stdout")))
-	out := a.text(t, "#stdout")
+	a.Do(t, "the hostile run's page", chromedp.Navigate(srv.base+"/runs/"+hostile.ID), chromedp.WaitVisible(chromedp.ID("stdout")))
+	out := a.Text(t, "#stdout")
 	for _, want := range []string{"<script>alert(1)</script>", "<img src=x onerror=alert(2)>", `\x1b[31mred\x1b[0m`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the hostile output does not read %q as text: %q", want, out)
 		}
 	}
-	if n := run(t, a, "count injected elements", chromedp.Evaluate[int](`document.querySelectorAll('main script, main img[src="x"]').length`)); n != 0 {
+	if n := testbrowser.Run(t, a, "count injected elements", chromedp.Evaluate[int](`document.querySelectorAll('main script, main img[src="x"]').length`)); n != 0 {
 		t.Errorf("the hostile output made %d elements", n)
 	}
-	a.screenshot(t, "run-hostile")
+	a.Screenshot(t, "run-hostile")
 
 	// The workspace and a file's preview.
-	a.do(t, "workspace", chromedp.Navigate(srv.base+"/workspace"), chromedp.WaitVisible(chromedp.ID("entries")))
-	if ws := a.text(t, "#entries"); !strings.Contains(ws, "later.txt") || !strings.Contains(ws, "plot.png") {
+	a.Do(t, "workspace", chromedp.Navigate(srv.base+"/workspace"), chromedp.WaitVisible(chromedp.ID("entries")))
+	if ws := a.Text(t, "#entries"); !strings.Contains(ws, "later.txt") || !strings.Contains(ws, "plot.png") {
 		t.Errorf("workspace listing: %q", ws)
 	}
-	a.screenshot(t, "workspace")
-	a.audit(t, "workspace")
+	a.Screenshot(t, "workspace")
+	audit(t, a, "workspace")
 
 	// A snapshot restored from the timeline, through its confirmation.
-	a.do(t, "snapshots", chromedp.Navigate(srv.base+"/snapshots"), chromedp.WaitVisible(chromedp.CSS(`li[data-snapshot="`+snapID+`"]`)))
-	a.screenshot(t, "snapshots")
-	a.audit(t, "snapshots")
-	a.do(t, "restore", chromedp.Click(chromedp.CSS(`li[data-snapshot="`+snapID+`"] a.danger`)), chromedp.WaitVisible(chromedp.ID("confirm")),
+	a.Do(t, "snapshots", chromedp.Navigate(srv.base+"/snapshots"), chromedp.WaitVisible(chromedp.CSS(`li[data-snapshot="`+snapID+`"]`)))
+	a.Screenshot(t, "snapshots")
+	audit(t, a, "snapshots")
+	a.Do(t, "restore", chromedp.Click(chromedp.CSS(`li[data-snapshot="`+snapID+`"] a.danger`)), chromedp.WaitVisible(chromedp.ID("confirm")),
 		chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("restored")))
 	if r := call(t, alice, "read_file", map[string]any{"path": "later.txt"}); !r.IsError {
 		t.Errorf("later.txt survived restoring the snapshot taken before it: %s", text(r))
 	}
 
 	// Metrics: the charts load as images.
-	a.do(t, "metrics", chromedp.Navigate(srv.base+"/metrics"), chromedp.WaitVisible(chromedp.CSS(".charts")))
+	a.Do(t, "metrics", chromedp.Navigate(srv.base+"/metrics"), chromedp.WaitVisible(chromedp.CSS(".charts")))
 	// Runs per minute, latency, CPU and memory, the pool, its hit rate, sessions' memory.
 	if !testenv.Poll(testenv.Patience, func() bool {
-		n := run(t, a, "charts loaded", chromedp.Evaluate[int](`Array.from(document.querySelectorAll('.charts img')).filter(i => i.complete && i.naturalWidth > 0).length`))
+		n := testbrowser.Run(t, a, "charts loaded", chromedp.Evaluate[int](`Array.from(document.querySelectorAll('.charts img')).filter(i => i.complete && i.naturalWidth > 0).length`))
 		return n == 6
 	}) {
 		t.Errorf("not all 6 charts loaded")
 	}
-	a.screenshot(t, "metrics")
-	a.audit(t, "metrics")
-	a.do(t, "security", chromedp.Navigate(srv.base+"/security"), chromedp.WaitVisible(chromedp.ID("events")))
-	if ev := a.text(t, "#events"); !strings.Contains(ev, "refused") || !strings.Contains(ev, "timeout") {
+	a.Screenshot(t, "metrics")
+	audit(t, a, "metrics")
+	a.Do(t, "security", chromedp.Navigate(srv.base+"/security"), chromedp.WaitVisible(chromedp.ID("events")))
+	if ev := a.Text(t, "#events"); !strings.Contains(ev, "refused") || !strings.Contains(ev, "timeout") {
 		t.Errorf("alice's security page: %q", ev)
 	}
-	a.screenshot(t, "security")
-	a.audit(t, "security")
-	a.check(t)
+	a.Screenshot(t, "security")
+	audit(t, a, "security")
+	a.Check(t)
 
 	// Tenant B's browser: alice's run is "not found", as one that never was.
-	b := newTab(t, bin, srv.base)
-	b.login(t, srv.base, tbTok, "/runs")
-	b.mu.Lock()
-	b.expected = map[string]bool{srv.base + "/runs/" + plot.ID: true, srv.base + "/runs/0123456789abcdef": true}
-	b.mu.Unlock()
-	resp, err := chromedp.RunResponse(b.ctx, chromedp.Navigate(srv.base+"/runs/"+plot.ID))
+	b := testbrowser.Open(t, bin, testbrowser.Options{Origins: []string{srv.base}})
+	login(t, b, srv.base, tbTok, "/runs")
+	b.Expect404(srv.base+"/runs/"+plot.ID, srv.base+"/runs/0123456789abcdef")
+	resp, err := chromedp.RunResponse(b.Ctx, chromedp.Navigate(srv.base+"/runs/"+plot.ID))
 	if err != nil {
 		t.Fatal(err)
 	}
-	theirs := b.text(t, "main")
-	resp2, err := chromedp.RunResponse(b.ctx, chromedp.Navigate(srv.base+"/runs/0123456789abcdef"))
+	theirs := b.Text(t, "main")
+	resp2, err := chromedp.RunResponse(b.Ctx, chromedp.Navigate(srv.base+"/runs/0123456789abcdef"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	never := b.text(t, "main")
+	never := b.Text(t, "main")
 	if resp.Status != 404 || resp2.Status != 404 || theirs != never {
 		t.Errorf("bob's browser on alice's run: %d %q; on a run that never was: %d %q", resp.Status, theirs, resp2.Status, never)
 	}
-	if strings.Contains(b.text(t, "body"), "plotted") {
+	if strings.Contains(b.Text(t, "body"), "plotted") {
 		t.Error("bob's page shows alice's output")
 	}
-	b.screenshot(t, "other-tenant-404")
-	b.audit(t, "not found")
+	b.Screenshot(t, "other-tenant-404")
+	audit(t, b, "not found")
 	// bob is an operator: every tenant, and the request refused for want
 	// of a token.
-	b.do(t, "operator", chromedp.Navigate(srv.base+"/operator"), chromedp.WaitVisible(chromedp.CSS(`tr[data-tenant="alice"]`)))
-	if ev := b.text(t, "#server-events"); !strings.Contains(ev, "HTTP 401") {
+	b.Do(t, "operator", chromedp.Navigate(srv.base+"/operator"), chromedp.WaitVisible(chromedp.CSS(`tr[data-tenant="alice"]`)))
+	if ev := b.Text(t, "#server-events"); !strings.Contains(ev, "HTTP 401") {
 		t.Errorf("the operator's refused requests: %q", ev)
 	}
-	b.screenshot(t, "operator")
-	b.audit(t, "operator")
+	b.Screenshot(t, "operator")
+	audit(t, b, "operator")
 	// ...and reads alice's history from there, read-only.
-	b.do(t, "alice's history, as an operator", chromedp.Click(chromedp.CSS(`tr[data-tenant="alice"] a`)), chromedp.WaitVisible(chromedp.ID("viewing")))
-	if h := b.text(t, "#runs"); !strings.Contains(h, plot.ID) {
+	b.Do(t, "alice's history, as an operator", chromedp.Click(chromedp.CSS(`tr[data-tenant="alice"] a`)), chromedp.WaitVisible(chromedp.ID("viewing")))
+	if h := b.Text(t, "#runs"); !strings.Contains(h, plot.ID) {
 		t.Errorf("the operator's view of alice's history lacks run %s", plot.ID)
 	}
-	b.audit(t, "operator's view of a tenant")
-	b.check(t)
+	audit(t, b, "operator's view of a tenant")
+	b.Check(t)
 	// A page that exists still shows bob his own (empty) history.
-	b.do(t, "bob's history", chromedp.Navigate(srv.base+"/runs"), chromedp.WaitVisible(chromedp.ID("no-runs")))
+	b.Do(t, "bob's history", chromedp.Navigate(srv.base+"/runs"), chromedp.WaitVisible(chromedp.ID("no-runs")))
 }
