@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -148,7 +149,8 @@ func serveHTTP(c *cli.Context, rt *runtime.Runtime, in *instance.Instance, base 
 		pages, err = dash.New(dash.Config{Auth: late, NoAuth: fc.InsecureNoAuth, NoAuthTenant: front.NoAuthTenant,
 			Tenants: dash.SourceFunc(ts.Dash), Secure: secure, Logger: slog.Default(),
 			Operators: c.StringSlice("operator"), ServerEvents: serverEvents, Pool: ts.samples.Pool,
-			Summaries: func(ctx context.Context) ([]dash.TenantSummary, error) { return tenantSummaries(ctx, dir, ts) }})
+			Summaries:   func(ctx context.Context) ([]dash.TenantSummary, error) { return tenantSummaries(ctx, dir, ts) },
+			TenantNames: func(context.Context) ([]string, error) { return tenantNames(dir) }})
 		if err != nil {
 			ln.Close()
 			return err
@@ -307,4 +309,24 @@ func dashboardOAuth(c *cli.Context, pages *dash.Dash, oa *auth.OAuth, public str
 	})
 	slog.Info("dashboard: browsers may log in through the OAuth issuer", "issuer", oa.Issuer(), "client", id, "redirect_uri", public+"/login/callback")
 	return nil
+}
+
+// tenantNames lists the tenants that have state under dir: cheap, for
+// every page an operator opens (tenantSummaries reads every tenant's
+// stores).
+func tenantNames(dir string) ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(dir, "tenants"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range entries {
+		if e.IsDir() && auth.ValidTenant(e.Name()) {
+			names = append(names, e.Name())
+		}
+	}
+	return names, nil
 }

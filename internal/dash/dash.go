@@ -129,8 +129,12 @@ type Config struct {
 	// Operators are the tenants (token names, OAuth subjects) who also see
 	// /operator: every tenant's figures and the server's refusals.
 	Operators []string
-	// Summaries lists every tenant, for operators.
+	// Summaries lists every tenant with its figures, for the operator
+	// page (it may read every tenant's stores: not for every request).
 	Summaries func(ctx context.Context) ([]TenantSummary, error)
+	// TenantNames lists the tenants cheaply, for an operator's ?tenant=
+	// and the history's tenant filter; nil: the names of Summaries.
+	TenantNames func(ctx context.Context) ([]string, error)
 	// ServerEvents are the requests the front refused (no token, a bad
 	// one, a foreign Origin, a bound), for operators.
 	ServerEvents *mcp.Events
@@ -420,28 +424,27 @@ func (d *Dash) plain(w http.ResponseWriter, status int, msg string) {
 // tenantExists reports whether name is a tenant the operator's list has:
 // an operator's ?tenant= never makes one.
 func (d *Dash) tenantExists(ctx context.Context, name string) bool {
-	if d.cfg.Summaries == nil {
-		return false
-	}
-	list, err := d.cfg.Summaries(ctx)
-	if err != nil {
-		return false
-	}
-	return slices.ContainsFunc(list, func(s TenantSummary) bool { return s.Name == name })
+	return slices.Contains(d.tenantNames(ctx), name)
 }
 
-// tenantNames lists the tenants for an operator's filter.
+// tenantNames lists the tenants for an operator's filter, sorted.
 func (d *Dash) tenantNames(ctx context.Context) []string {
-	if d.cfg.Summaries == nil {
-		return nil
-	}
-	list, err := d.cfg.Summaries(ctx)
-	if err != nil {
-		return nil
-	}
-	names := make([]string, len(list))
-	for i, s := range list {
-		names[i] = s.Name
+	var names []string
+	switch {
+	case d.cfg.TenantNames != nil:
+		list, err := d.cfg.TenantNames(ctx)
+		if err != nil {
+			return nil
+		}
+		names = list
+	case d.cfg.Summaries != nil:
+		list, err := d.cfg.Summaries(ctx)
+		if err != nil {
+			return nil
+		}
+		for _, s := range list {
+			names = append(names, s.Name)
+		}
 	}
 	slices.Sort(names)
 	return names

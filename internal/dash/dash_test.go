@@ -807,3 +807,28 @@ func TestRunDiff(t *testing.T) {
 		t.Errorf("diff without an undo state: %s\n%s", res.Status, body)
 	}
 }
+
+// An operator's pages ask TenantNames, not Summaries (which reads every
+// tenant's stores), to check ?tenant= and fill the tenant filter.
+func TestOperatorNamesAreCheap(t *testing.T) {
+	f := newFixture(t)
+	d, err := New(Config{Auth: f.auth, Logger: slog.New(slog.DiscardHandler), Operators: []string{"bob"},
+		Tenants: SourceFunc(func(ctx context.Context, name string) (*Tenant, error) { return f.tenants[name], nil }),
+		Summaries: func(context.Context) ([]TenantSummary, error) {
+			t.Error("Summaries called for a page that only needs names")
+			return nil, nil
+		},
+		TenantNames: func(context.Context) ([]string, error) { return []string{"bob", "alice"}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	r, body := get(t, http.DefaultClient, srv.URL+"/runs?tenant=alice", "Authorization", "Bearer tok-b")
+	if r.StatusCode != http.StatusOK || !strings.Contains(body, `<option value="alice" selected>`) || !strings.Contains(body, `<option value="bob">`) {
+		t.Errorf("/runs?tenant=alice: %s\n%s", r.Status, body)
+	}
+	if r, _ := get(t, http.DefaultClient, srv.URL+"/runs?tenant=carol", "Authorization", "Bearer tok-b"); r.StatusCode != http.StatusNotFound {
+		t.Errorf("a tenant not in the names: %s", r.Status)
+	}
+}
