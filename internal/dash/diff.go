@@ -9,7 +9,6 @@ import (
 
 	"github.com/aymanbagabas/go-udiff"
 
-	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/store/snapshot"
 )
 
@@ -35,16 +34,11 @@ type diffLine struct {
 func (d *Dash) runDiff(w http.ResponseWriter, r *http.Request, v *viewer) {
 	id, p := r.PathValue("id"), cleanPath(r.URL.Query().Get("path"))
 	rf, ok := v.t.Snapshots.(RunFiles)
-	if !ok || v.t.History == nil {
+	if !ok {
 		d.notFound(w, r, v, "such page")
 		return
 	}
-	if _, err := v.t.History.Get(r.Context(), id); err != nil {
-		if errors.Is(err, sandpit.ErrNotFound) {
-			d.notFound(w, r, v, "run with that id")
-		} else {
-			d.errorPage(w, r, v, statusOf(err), "Reading the run failed: "+err.Error())
-		}
+	if _, ok := d.getRun(w, r, v); !ok {
 		return
 	}
 	f, err := rf.RunFile(r.Context(), id, p, diffBytes)

@@ -168,17 +168,8 @@ func (d *Dash) runPage(w http.ResponseWriter, r *http.Request, v *viewer) {
 		d.render(w, r, http.StatusOK, "run", v, runData{Live: l})
 		return
 	}
-	if v.t.History == nil {
-		d.notFound(w, r, v, "run with that id")
-		return
-	}
-	run, err := v.t.History.Get(r.Context(), id)
-	if err != nil {
-		if errors.Is(err, sandpit.ErrNotFound) {
-			d.notFound(w, r, v, "run with that id")
-			return
-		}
-		d.errorPage(w, r, v, statusOf(err), "Reading the run failed: "+err.Error())
+	run, ok := d.getRun(w, r, v)
+	if !ok {
 		return
 	}
 	rd := runData{Run: run, Cancelled: r.URL.Query().Get("cancelled") != "", CanRerun: v.t.Rerun != nil && (run.Code != "" || run.Path != ""), Diffs: diffable(v.t)}
@@ -217,17 +208,12 @@ func (d *Dash) liveRun(v *viewer, id string) *mcp.LiveRun {
 // runOutput downloads what the history kept of a run's stdout or stderr.
 func (d *Dash) runOutput(w http.ResponseWriter, r *http.Request, v *viewer) {
 	stream := r.PathValue("stream")
-	if (stream != "stdout" && stream != "stderr") || v.t.History == nil {
+	if stream != "stdout" && stream != "stderr" {
 		d.notFound(w, r, v, "such page")
 		return
 	}
-	run, err := v.t.History.Get(r.Context(), r.PathValue("id"))
-	if err != nil {
-		if errors.Is(err, sandpit.ErrNotFound) {
-			d.notFound(w, r, v, "run with that id")
-			return
-		}
-		d.errorPage(w, r, v, statusOf(err), "Reading the run failed: "+err.Error())
+	run, ok := d.getRun(w, r, v)
+	if !ok {
 		return
 	}
 	out := run.Stdout
@@ -272,8 +258,11 @@ func (d *Dash) cancel(w http.ResponseWriter, r *http.Request, v *viewer) {
 	}
 }
 
-func (d *Dash) recorded(w http.ResponseWriter, r *http.Request, v *viewer) (history.Run, bool) {
-	if v.t.History == nil || v.t.Rerun == nil {
+// getRun reads the recorded run the path's {id} names; one not recorded
+// (or of another tenant) is "not found", as is every run where the
+// server keeps no history.
+func (d *Dash) getRun(w http.ResponseWriter, r *http.Request, v *viewer) (history.Run, bool) {
+	if v.t.History == nil {
 		d.notFound(w, r, v, "run with that id")
 		return history.Run{}, false
 	}
@@ -287,6 +276,15 @@ func (d *Dash) recorded(w http.ResponseWriter, r *http.Request, v *viewer) (hist
 		return history.Run{}, false
 	}
 	return run, true
+}
+
+// recorded is getRun for a run to start again.
+func (d *Dash) recorded(w http.ResponseWriter, r *http.Request, v *viewer) (history.Run, bool) {
+	if v.t.Rerun == nil {
+		d.notFound(w, r, v, "run with that id")
+		return history.Run{}, false
+	}
+	return d.getRun(w, r, v)
 }
 
 func (d *Dash) rerunConfirm(w http.ResponseWriter, r *http.Request, v *viewer) {
