@@ -536,3 +536,41 @@ func TestFetchTarball(t *testing.T) {
 		t.Errorf("the cache holds %d entries", len(ents))
 	}
 }
+
+func TestAllowHosts(t *testing.T) {
+	reg := newRegistry(t, &tpkg{name: "a", version: "1.0.0", tarballURL: "https://cdn.example/a/-/a-1.0.0.tgz"})
+	c := reg.client()
+	if _, err := (&Resolver{Client: c}).Resolve(t.Context(), mustSpecs(t, "a")); !errors.Is(err, ErrRefused) {
+		t.Fatalf("without AllowHosts: %v", err)
+	}
+	c.AllowHosts = []string{"cdn.example"}
+	plan, err := (&Resolver{Client: c}).Resolve(t.Context(), mustSpecs(t, "a"))
+	if err != nil || plan.Packages[0].TarballURL != "https://cdn.example/a/-/a-1.0.0.tgz" {
+		t.Fatalf("with AllowHosts: %+v, %v", plan, err)
+	}
+}
+
+// An optional package whose dependencies fail is left out with what only
+// it required; when a required edge also reaches it, its failure is the
+// resolution's.
+func TestOptionalFailure(t *testing.T) {
+	pkgs := []*tpkg{
+		{name: "a", version: "1.0.0", optional: deps("opt", "1")},
+		{name: "opt", version: "1.0.0", deps: deps("only-opt", "1", "broken", "1")},
+		{name: "only-opt", version: "1.0.0"},
+		{name: "broken", version: "1.0.0", sha1Only: true},
+		{name: "b", version: "1.0.0", deps: deps("opt", "1")},
+	}
+	reg := newRegistry(t, pkgs...)
+	plan, err := (&Resolver{Client: reg.client()}).Resolve(t.Context(), mustSpecs(t, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := planText(plan), "node_modules/a a@1.0.0 [request]\n"; got != want {
+		t.Errorf("plan:\n%s\nwant:\n%s", got, want)
+	}
+	_, err = (&Resolver{Client: reg.client()}).Resolve(t.Context(), mustSpecs(t, "a", "b"))
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "broken@1.0.0") {
+		t.Fatalf("a required edge to a failed optional package = %v", err)
+	}
+}
