@@ -58,6 +58,21 @@ type Request struct {
 	// safe to call from any goroutine, and reads zeros once the sandbox is
 	// gone or where the counters cannot be read.
 	WatchUsage func(read func() Usage)
+
+	// Env, when set, is the host directory of the workspace's package
+	// layer: bound read-only (executable: compiled extensions) at EnvDir.
+	Env string
+	// Install, when set, makes this run an install step: it runs cold (never
+	// in a pooled sandbox or a session) with Install.Artifacts bound
+	// read-only at ArtifactsDir and Install.Layer read-write at
+	// EnvBuildDir; Env must be empty.
+	Install *InstallDirs
+}
+
+// InstallDirs are the host directories of an install step.
+type InstallDirs struct {
+	Artifacts string // verified artifacts, read-only
+	Layer     string // the layer being built, read-write, empty at start
 }
 
 // Result is what a run produced and what it cost.

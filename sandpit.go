@@ -23,6 +23,19 @@ const (
 	// by the run step.
 	BuildDir = "/sandpit/out"
 
+	// EnvDir is where a run sees its workspace's package layer (bound
+	// read-only; see internal/packages): Python packages in EnvDir/python
+	// (on PYTHONPATH), npm packages in EnvDir/node_modules (NODE_PATH).
+	EnvDir = "/opt/sandpit/env"
+	// EnvPythonDir and EnvNodeDir are the import paths inside EnvDir.
+	EnvPythonDir = EnvDir + "/python"
+	EnvNodeDir   = EnvDir + "/node_modules"
+	// ArtifactsDir (read-only) and EnvBuildDir (read-write) are what an
+	// install step sees: verified artifacts, and the layer it builds. Never
+	// on an import path: nothing it unpacks can be imported by the step.
+	ArtifactsDir = "/opt/sandpit/artifacts"
+	EnvBuildDir  = "/opt/sandpit/build"
+
 	// SandboxUser, SandboxUID and SandboxGID are the unprivileged user
 	// baked into every image sandpit builds; programs run as it.
 	SandboxUser = "sandbox"
@@ -45,4 +58,4 @@ const (
 // Mountpoints are the bind targets the runtime uses in every sandbox. runc
 // cannot create a mountpoint in a read-only rootfs, so each must exist in
 // the image.
-var Mountpoints = []string{WorkspaceDir, SourceDir, BuildDir}
+var Mountpoints = []string{WorkspaceDir, SourceDir, BuildDir, EnvDir, ArtifactsDir, EnvBuildDir}

@@ -21,7 +21,7 @@ const DefaultRef = "sandpit.local/toolchain:bookworm"
 // RecipeVersion is part of every recipe key. Bump it whenever the build
 // changes what ends up in the rootfs (customisation, layer writing), so
 // caches and images built by older code are rebuilt rather than reused.
-const RecipeVersion = 2
+const RecipeVersion = 3
 
 // DefaultMirror is the Debian mirror debootstrap fetches from unless the
 // Builder names another.

@@ -79,13 +79,16 @@ func TestCustomise(t *testing.T) {
 	})
 	t.Run("mountpoints", func(t *testing.T) {
 		want := map[string]fs.FileMode{
-			"workspace":   fs.ModeDir | 0o755,
-			"sandpit/src": fs.ModeDir | 0o755,
-			"sandpit/out": fs.ModeDir | 0o755,
-			"tmp":         fs.ModeDir | fs.ModeSticky | 0o777,
-			"dev/shm":     fs.ModeDir | fs.ModeSticky | 0o777,
-			"proc":        fs.ModeDir | 0o555,
-			"sys":         fs.ModeDir | 0o555,
+			"workspace":             fs.ModeDir | 0o755,
+			"sandpit/src":           fs.ModeDir | 0o755,
+			"sandpit/out":           fs.ModeDir | 0o755,
+			"opt/sandpit/env":       fs.ModeDir | 0o755,
+			"opt/sandpit/artifacts": fs.ModeDir | 0o755,
+			"opt/sandpit/build":     fs.ModeDir | 0o755,
+			"tmp":                   fs.ModeDir | fs.ModeSticky | 0o777,
+			"dev/shm":               fs.ModeDir | fs.ModeSticky | 0o777,
+			"proc":                  fs.ModeDir | 0o555,
+			"sys":                   fs.ModeDir | 0o555,
 		}
 		for _, m := range sandpit.Mountpoints {
 			if _, ok := want[strings.TrimPrefix(m, "/")]; !ok {

@@ -129,6 +129,10 @@ func DefaultEnv() []string {
 		"TMPDIR=/tmp",
 		"LANG=C.UTF-8",
 		"PYTHONDONTWRITEBYTECODE=1",
+		// The package layer's import paths (sandpit.EnvPythonDir and
+		// EnvNodeDir): empty or absent unless a layer is bound.
+		"PYTHONPATH=" + sandpit.EnvPythonDir,
+		"NODE_PATH=" + sandpit.EnvNodeDir,
 	}
 }
 

@@ -195,7 +195,7 @@ func makeAlive(src string) (*os.File, error) {
 // initOpts are the spec options of a sandbox whose first process is the
 // init (process): that process, the source dir, the build dir and the
 // workspace bind (nil: none).
-func (r *Runtime) initOpts(dir string, process, workspace coci.SpecOpts) []coci.SpecOpts {
+func (r *Runtime) initOpts(dir string, process coci.SpecOpts, binds ...coci.SpecOpts) []coci.SpecOpts {
 	opts := []coci.SpecOpts{
 		process,
 		oci.WithBind(filepath.Join(dir, "src"), sandpit.SourceDir, false, false),
@@ -203,8 +203,10 @@ func (r *Runtime) initOpts(dir string, process, workspace coci.SpecOpts) []coci.
 		// it: a size-limited tmpfs, charged to the sandbox's memory.
 		oci.WithTmpfs(sandpit.BuildDir, r.cfg.Limits.TmpfsBytes, true),
 	}
-	if workspace != nil {
-		opts = append(opts, workspace)
+	for _, b := range binds {
+		if b != nil {
+			opts = append(opts, b)
+		}
 	}
 	return opts
 }

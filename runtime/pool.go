@@ -12,12 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/containerd/containerd/containers"
-	coci "github.com/containerd/containerd/oci"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandpit-dev/sandpit"
-	"github.com/sandpit-dev/sandpit/oci"
 )
 
 // A warm pool keeps sandboxes created and started ahead of requests, each
@@ -413,7 +410,7 @@ func (r *Runtime) newWarm(ctx context.Context, image string, start bool) (_ *war
 			r.destroyWarm(w)
 		}
 	}()
-	for _, d := range []string{"src", "ws", "fifo"} {
+	for _, d := range []string{"src", "fifo"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return w, err
 		}
@@ -422,16 +419,12 @@ func (r *Runtime) newWarm(ctx context.Context, image string, start bool) (_ *war
 	if w.liveness, err2 = makeAlive(filepath.Join(dir, "src")); err2 != nil {
 		return w, err2
 	}
-	// ws/ becomes a shared mount point: a mount placed on it at request
-	// time propagates into the sandbox, whose bind of it is a slave.
-	ws := filepath.Join(dir, "ws")
-	if err := unix.Mount(ws, ws, "", unix.MS_BIND, ""); err != nil {
-		return w, fmt.Errorf("warm pool needs mount privileges: %w", err)
+	// ws/ and env/ become shared mount points: see envmount.go.
+	points, err := attachPoints(dir)
+	if err != nil {
+		return w, err
 	}
-	if err := unix.Mount("", ws, "", unix.MS_SHARED, ""); err != nil {
-		return w, fmt.Errorf("make %s shared: %w", ws, err)
-	}
-	sb, err := r.create(ctx, c, img, id, filepath.Join(dir, "fifo"), lateStdin(), r.cfg.OutputBytes+markerBytes, r.initOpts(dir, waiterProcess, withSlaveBind(ws, sandpit.WorkspaceDir)))
+	sb, err := r.create(ctx, c, img, id, filepath.Join(dir, "fifo"), lateStdin(), r.cfg.OutputBytes+markerBytes, r.initOpts(dir, waiterProcess, points...))
 	if err != nil {
 		return w, err
 	}
@@ -453,23 +446,6 @@ func (r *Runtime) startWarm(ctx context.Context, w *warm) error {
 	}
 	w.parked = false
 	return nil
-}
-
-// withSlaveBind binds a host dir read-write and exec-able, receiving mounts
-// made on the host side later (rslave propagation).
-func withSlaveBind(src, dst string) coci.SpecOpts {
-	return func(ctx context.Context, c coci.Client, ctr *containers.Container, s *coci.Spec) error {
-		if err := oci.WithBind(src, dst, true, true)(ctx, c, ctr, s); err != nil {
-			return err
-		}
-		m := &s.Mounts[len(s.Mounts)-1]
-		for i, o := range m.Options {
-			if o == "rprivate" {
-				m.Options[i] = "rslave"
-			}
-		}
-		return nil
-	}
 }
 
 // destroyWarm deletes a pooled sandbox and its host dir.
@@ -505,6 +481,11 @@ func (r *Runtime) runWarm(ctx context.Context, w *warm, lang *LanguageSpec, req 
 		}
 		cwd = sandpit.WorkspaceDir
 	}
+	if req.Env != "" {
+		if err := attachEnv(w.dir, req.Env); err != nil {
+			return nil, err
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		// Cancelled while the workspace was being opened: start nothing.
 		return nil, fmt.Errorf("run cancelled before it started: %w", err)
@@ -532,11 +513,12 @@ func (r *Runtime) runWarm(ctx context.Context, w *warm, lang *LanguageSpec, req 
 	return out, nil
 }
 
-// detachWorkspace undoes runWarm's workspace mount before the view closes.
+// detachWorkspace undoes runWarm's workspace (and layer) mounts before the
+// view closes.
 func detachWorkspace(w *warm) error {
 	ws := filepath.Join(w.dir, "ws")
 	if err := unix.Unmount(ws, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
 		return err
 	}
-	return nil
+	return detachEnv(w.dir)
 }

@@ -89,7 +89,8 @@ func (r *Runtime) Run(ctx context.Context, req sandpit.Request) (*sandpit.Result
 	ran := false
 	yield := r.tenants.begin(req.Tenant, time.Now())
 	defer r.tenants.end(req.Tenant)
-	if w := r.claimWarm(lang, yield); w != nil {
+	// An install step's mounts are not a pooled sandbox's: it runs cold.
+	if w := r.claimWarmFor(lang, req, yield); w != nil {
 		out, err = r.runWarm(ctx, w, lang, req, view, deadline)
 		r.log.Debug("warm run", "id", id, "view_open", tOpen, "run", time.Since(started))
 		if view != nil {
@@ -140,11 +141,11 @@ func (r *Runtime) Run(ctx context.Context, req sandpit.Request) (*sandpit.Result
 	return res, nil
 }
 
-// claimWarm returns a pooled sandbox for lang, or nil to run cold; yield
+// claimWarmFor returns a pooled sandbox for req, or nil to run cold; yield
 // leaves the last started one to another tenant.
-func (r *Runtime) claimWarm(lang *LanguageSpec, yield bool) *warm {
+func (r *Runtime) claimWarmFor(lang *LanguageSpec, req sandpit.Request, yield bool) *warm {
 	p := r.pooled[lang.Name]
-	if p == nil {
+	if p == nil || req.Install != nil {
 		return nil
 	}
 	return p.claim(yield)
@@ -193,6 +194,7 @@ func (r *Runtime) initRun(ctx context.Context, c *containerd.Client, img contain
 		cwd = sandpit.WorkspaceDir
 		ws = oci.WithBind(view.Dir(), sandpit.WorkspaceDir, true, true)
 	}
+	env := envBinds(req)
 	direct := len(lang.Compile) == 0
 	var (
 		mode     string
@@ -202,10 +204,10 @@ func (r *Runtime) initRun(ctx context.Context, c *containerd.Client, img contain
 	)
 	if direct {
 		process := initProcess(cwd, "stdin", lang.runArgv(req)...)
-		stdin, opts = fixedStdin(deadlineLine(deadline), req.Stdin), r.initOpts(dir, process, ws)
+		stdin, opts = fixedStdin(deadlineLine(deadline), req.Stdin), r.initOpts(dir, process, append(env, ws)...)
 	} else {
 		mode = "build"
-		stdin, opts = fixedStdin(deadlineLine(deadline), req.Stdin), r.initOpts(dir, coldBuildProcess(cwd, lang, req), ws)
+		stdin, opts = fixedStdin(deadlineLine(deadline), req.Stdin), r.initOpts(dir, coldBuildProcess(cwd, lang, req), append(env, ws)...)
 		capBytes += markerBytes
 	}
 	t0 := time.Now()
@@ -245,6 +247,27 @@ func (r *Runtime) setLive(id string, on bool) {
 	}
 }
 
+// envBinds binds a request's package layer, or an install step's
+// artifacts and layer being built.
+func envBinds(req sandpit.Request) []coci.SpecOpts {
+	switch {
+	case req.Install != nil:
+		return []coci.SpecOpts{
+			oci.WithBind(req.Install.Artifacts, sandpit.ArtifactsDir, false, false),
+			oci.WithBind(req.Install.Layer, sandpit.EnvBuildDir, true, false),
+		}
+	case req.Env != "":
+		// Executable: a compiled extension is mmapped PROT_EXEC.
+		return []coci.SpecOpts{oci.WithBind(req.Env, sandpit.EnvDir, false, true)}
+	}
+	return nil
+}
+
+func isDir(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir() && filepath.IsAbs(p)
+}
+
 func (r *Runtime) validate(req sandpit.Request) error {
 	switch {
 	case req.Code == "" && req.Path == "":
@@ -255,6 +278,14 @@ func (r *Runtime) validate(req sandpit.Request) error {
 		return fmt.Errorf("%w: path %q needs a workspace", ErrInvalidRequest, req.Path)
 	case req.Path != "" && (path.IsAbs(req.Path) || strings.Contains(req.Path, "\x00") || !filepath.IsLocal(req.Path)):
 		return fmt.Errorf("%w: path %q must be relative and inside the workspace", ErrInvalidRequest, req.Path)
+	case req.Env != "" && req.Install != nil:
+		return fmt.Errorf("%w: an install step builds a layer; it is not given one", ErrInvalidRequest)
+	case req.Install != nil && req.Session != "":
+		return fmt.Errorf("%w: an install step runs in a fresh sandbox, not a session", ErrInvalidRequest)
+	case req.Env != "" && !isDir(req.Env):
+		return fmt.Errorf("%w: package layer %s is not a directory", ErrInvalidRequest, req.Env)
+	case req.Install != nil && (!isDir(req.Install.Artifacts) || !isDir(req.Install.Layer)):
+		return fmt.Errorf("%w: an install step's artifacts and layer must be existing directories", ErrInvalidRequest)
 	case req.ID != "" && !validRunID.MatchString(req.ID):
 		return fmt.Errorf("%w: run id %q: use 1 to 64 lowercase letters, digits or '-'", ErrInvalidRequest, req.ID)
 	}
@@ -336,6 +367,7 @@ func (r *Runtime) steps(ctx context.Context, c *containerd.Client, img container
 		cwd = sandpit.WorkspaceDir
 		binds = append(binds, oci.WithBind(view.Dir(), sandpit.WorkspaceDir, true, true))
 	}
+	binds = append(binds, envBinds(req)...)
 	fifos := filepath.Join(dir, "fifo")
 	run := func(cid string, stdin []byte, opts []coci.SpecOpts) (*stepOutput, error) {
 		t0 := time.Now()

@@ -20,11 +20,13 @@ import (
 // workspace (security review L6). What is left is logged by the caller and
 // swept again later.
 func removeRunDir(dir string) error {
-	ws := filepath.Join(dir, "ws")
-	for unix.Unmount(ws, unix.MNT_DETACH) == nil {
-	}
-	if err := unix.Rmdir(ws); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("run dir %s: ws/ cannot be removed (%w); left in place", dir, err)
+	for _, d := range []string{"ws", "env", "envro"} {
+		p := filepath.Join(dir, d)
+		for unix.Unmount(p, unix.MNT_DETACH) == nil {
+		}
+		if err := unix.Rmdir(p); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("run dir %s: %s/ cannot be removed (%w); left in place", dir, d, err)
+		}
 	}
 	mounts, err := host.MountsUnder(dir)
 	if err != nil {

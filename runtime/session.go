@@ -279,6 +279,20 @@ func (r *Runtime) runSession(ctx context.Context, req sandpit.Request) (*sandpit
 		}
 		cwd = sandpit.WorkspaceDir
 	}
+	if req.Env != "" {
+		if err := attachEnv(s.w.dir, req.Env); err != nil {
+			if view != nil {
+				unix.Unmount(filepath.Join(s.w.dir, "ws"), unix.MNT_DETACH)
+				view.Close(context.WithoutCancel(ctx))
+			}
+			return nil, err
+		}
+		defer func() {
+			if err := detachEnv(s.w.dir); err != nil {
+				r.log.Warn("detach package layer from session", "session", s.name, "err", err)
+			}
+		}()
+	}
 	res.WorkspaceOpenMS = time.Since(tOpen).Milliseconds()
 
 	call := r.sess.begin(s, id)

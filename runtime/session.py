@@ -24,7 +24,7 @@ _sp_int_ok = False  # interrupts become KeyboardInterrupt only in user code
 
 
 def _sp_main():
-    import ast, io, json, linecache, queue, signal, threading, types
+    import ast, importlib, io, json, linecache, queue, signal, threading, types
 
     nonce0 = sys.argv[1].encode()
     language = sys.argv[2] if len(sys.argv) > 2 else "python"
@@ -133,6 +133,9 @@ def _sp_main():
     def run(nonce, cwd, kind, name, code, data, args):
         global _sp_int_ok
         out = {"status": "ok", "exit": 0}
+        # The package layer is mounted per call (and may change between
+        # calls): forget what the import system cached of its absence.
+        importlib.invalidate_caches()
         try:
             os.chdir(os.path.join(os.fsdecode(cwd), state["rel"]))
         except OSError:

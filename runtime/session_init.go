@@ -2,12 +2,9 @@ package runtime
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/oci"
@@ -82,7 +79,7 @@ func (r *Runtime) newSessionSandbox(ctx context.Context, image string) (w *warm,
 			r.destroyWarm(w)
 		}
 	}()
-	for _, d := range []string{"src", "ws", "fifo"} {
+	for _, d := range []string{"src", "fifo"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return w, nil, err
 		}
@@ -90,15 +87,13 @@ func (r *Runtime) newSessionSandbox(ctx context.Context, image string) (w *warm,
 	if alive, err = makeAlive(filepath.Join(dir, "src")); err != nil {
 		return w, nil, err
 	}
-	ws := filepath.Join(dir, "ws")
-	if err := unix.Mount(ws, ws, "", unix.MS_BIND, ""); err != nil {
-		return w, alive, fmt.Errorf("sessions need mount privileges: %w", err)
-	}
-	if err := unix.Mount("", ws, "", unix.MS_SHARED, ""); err != nil {
-		return w, alive, fmt.Errorf("make %s shared: %w", ws, err)
+	// ws/ and env/ receive each call's workspace and layer: envmount.go.
+	points, err := attachPoints(dir)
+	if err != nil {
+		return w, alive, err
 	}
 	sb, err := r.create(ctx, c, img, id, filepath.Join(dir, "fifo"), lateStdin(), r.cfg.OutputBytes+markerBytes,
-		r.initOpts(dir, sessionProcess, withSlaveBind(ws, sandpit.WorkspaceDir)))
+		r.initOpts(dir, sessionProcess, points...))
 	if err != nil {
 		return w, alive, err
 	}

@@ -85,6 +85,9 @@ _sandpit_argv = [os.fsdecode(a) for a in _sandpit_f[2:]]
 del _sandpit_header, _sandpit_f
 sys.argv = _sandpit_argv
 sys.path[0] = os.path.dirname(_sandpit_argv[0])
+# The package layer (PYTHONPATH) was mounted after this interpreter
+# started: drop its negative entry, cached when the directory was absent.
+sys.path_importer_cache.pop("/opt/sandpit/env/python", None)
 _sandpit_m = type(sys)("__main__")
 _sandpit_m.__file__ = _sandpit_argv[0]
 _sandpit_m.__cached__ = None
