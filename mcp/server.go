@@ -77,6 +77,10 @@ type Config struct {
 	// makes it closes it after the server stops. Nil: one without
 	// background runs.
 	Runs *Runs
+	// Packages, when set (with Workspace and Files), serves
+	// install_packages, remove_packages and list_packages, and gives every
+	// run the package layer its workspace's sandpit.lock names.
+	Packages Packages
 	// Events, when set, keeps the tool calls refused or failed, for a
 	// person watching (the dashboard's security view).
 	Events *Events
@@ -130,7 +134,13 @@ func NewServer(cfg Config) *server.MCPServer {
 	if cfg.Runner == nil {
 		cfg.Sessions = nil
 	}
+	if cfg.Packages != nil && (cfg.Files == nil || cfg.Workspace == nil) {
+		cfg.Packages = nil // a layer belongs to a workspace
+	}
 	if cfg.Runner != nil {
+		if cfg.Packages != nil {
+			cfg.Runner = &layeredRunner{Runner: cfg.Runner, cfg: cfg}
+		}
 		cfg.Runner = &observedRunner{Runner: cfg.Runner, metrics: cfg.metrics, history: cfg.History, log: cfg.Logger}
 		s.AddTool(runCodeTool(cfg))
 		s.AddTool(listLanguagesTool(cfg))
@@ -140,6 +150,9 @@ func NewServer(cfg Config) *server.MCPServer {
 	}
 	if cfg.Files != nil {
 		addWorkspaceTools(s, cfg)
+	}
+	if cfg.Packages != nil && cfg.Runner != nil {
+		addPackageTools(s, cfg)
 	}
 	addDataTools(s, cfg) // each tool only when its dependency is set
 	addObservability(s, cfg)

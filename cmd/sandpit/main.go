@@ -52,6 +52,7 @@ func main() {
 			containerdCommand(),
 			tokenCommand(),
 			tenantsCommand(),
+			packagesCommand(),
 		},
 	}
 	if err := app.Run(os.Args); err != nil {

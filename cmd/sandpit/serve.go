@@ -46,6 +46,7 @@ func serveCommand() *cli.Command {
 	)
 	flags = append(flags, httpFlags()...)
 	flags = append(flags, tenantFlags()...)
+	flags = append(flags, packageFlags()...)
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "serve MCP over stdio (stdout is the protocol; logs go to stderr), or with --listen over HTTP to tenants",
@@ -119,6 +120,17 @@ func serveCommand() *cli.Command {
 				return err
 			}
 			defer closeWS()
+			ps, err := newPackageSources(c)
+			if err != nil {
+				return err
+			}
+			pdir := c.String("packages-dir")
+			if pdir == "" {
+				pdir = filepath.Join(filepath.Dir(filepath.Clean(c.String("snapshot-dir"))), "packages")
+			}
+			if err := ps.manager(&cfg, pdir, uid, gid); err != nil {
+				return err
+			}
 			if err := dataConfig(c, &cfg); err != nil {
 				return err
 			}

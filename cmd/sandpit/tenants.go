@@ -45,16 +45,17 @@ func tenantFlags() []cli.Flag {
 // so a run id, session or snapshot of another tenant is not found exactly
 // as one that never existed.
 type tenants struct {
-	c       *cli.Context
-	rt      *runtime.Runtime
-	base    mcp.Config // what tenants share: limits, status, validator, ...
-	dataDir string
-	views   string // the instance's dir for tenants' run views
-	max     int
-	slots   *quota.Slots
-	cpu     *quota.CPU
-	wsMax   int64
-	samples *sampler // nil: no charts over time
+	c        *cli.Context
+	rt       *runtime.Runtime
+	base     mcp.Config // what tenants share: limits, status, validator, ...
+	dataDir  string
+	views    string // the instance's dir for tenants' run views
+	max      int
+	slots    *quota.Slots
+	cpu      *quota.CPU
+	wsMax    int64
+	samples  *sampler // nil: no charts over time
+	packages *packageSources
 
 	mu     sync.Mutex
 	open   map[string]*tenant
@@ -91,8 +92,12 @@ func newTenants(c *cli.Context, rt *runtime.Runtime, base mcp.Config, dataDir, v
 			return r
 		}
 	}
+	ps, err := newPackageSources(c)
+	if err != nil {
+		return nil, err
+	}
 	return &tenants{
-		c: c, rt: rt, base: base, dataDir: dataDir, views: viewsDir, max: c.Int("max-tenants"),
+		c: c, rt: rt, base: base, dataDir: dataDir, views: viewsDir, max: c.Int("max-tenants"), packages: ps,
 		slots: quota.NewSlots(c.Int("concurrency"), c.Int("tenant-max-concurrent"), 0),
 		cpu:   quota.NewCPU(c.Duration("tenant-cpu-per-hour")),
 		wsMax: wsMax,
@@ -224,6 +229,10 @@ func (ts *tenants) build(name string) (*server.MCPServer, *dash.Tenant, func(), 
 	if cfg.Sessions != nil {
 		cfg.Sessions = tr
 		cfg.SessionLimits.Max = ts.rt.SessionConfig().PerTenantLimit()
+	}
+	if err := ts.packages.manager(&cfg, filepath.Join(dir, "packages"), uid, gid); err != nil {
+		closeAll()
+		return nil, nil, nil, fmt.Errorf("tenant %s: %w", name, err)
 	}
 	cfg.Events = mcp.NewEvents(tenantEvents)
 	nbg := ts.c.Int("max-background")

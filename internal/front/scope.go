@@ -21,6 +21,11 @@ var toolScopes = map[string]string{
 	"cancel_run":               auth.ScopeRun,
 	"get_execution_history":    auth.ScopeRun,
 	"get_sandbox_metrics":      auth.ScopeRun,
+	// An install is a run (the install step) that writes the workspace's
+	// lock, as run_code writes the workspace.
+	"install_packages": auth.ScopeRun,
+	"remove_packages":  auth.ScopeRun,
+	"list_packages":    auth.ScopeRun,
 
 	"list_files":             auth.ScopeFiles,
 	"read_file":              auth.ScopeFiles,

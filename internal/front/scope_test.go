@@ -2,6 +2,7 @@ package front
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/auth"
+	"github.com/sandpit-dev/sandpit/internal/packages"
 	"github.com/sandpit-dev/sandpit/mcp"
 )
 
@@ -31,6 +33,21 @@ type (
 
 func (fakeRunner) Languages() []sandpit.Language { return nil }
 
+type fakeWorkspace struct{}
+
+func (fakeWorkspace) Open(context.Context, string) (sandpit.View, error) {
+	return nil, errors.New("fake")
+}
+
+type fakePackages struct{}
+
+func (fakePackages) Configured(string) bool                        { return false }
+func (fakePackages) Layer(context.Context, []byte) (string, error) { return "", nil }
+func (fakePackages) List([]byte) ([]packages.Package, error)       { return nil, nil }
+func (fakePackages) Plan(context.Context, packages.Op, func(context.Context) ([]byte, error)) (*packages.Install, error) {
+	return nil, errors.New("fake")
+}
+
 // TestScopeTableCoversServer builds sandpit's MCP server with every
 // dependency set, so it registers every tool, prompt and resource it can,
 // and checks each has its own entry in the scope tables — and that no
@@ -42,6 +59,8 @@ func TestScopeTableCoversServer(t *testing.T) {
 		Runner:    fakeRunner{},
 		Sessions:  fakeSessions{},
 		Files:     fakeFiles{},
+		Workspace: fakeWorkspace{},
+		Packages:  fakePackages{},
 		Snapshots: fakeSnapshots{},
 		History:   fakeHistory{},
 		QueryDB:   fakeQueryDB{},

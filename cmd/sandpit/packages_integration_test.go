@@ -1,0 +1,351 @@
+package main
+
+import (
+	"archive/zip"
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/mark3labs/mcp-go/client"
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandpit-dev/sandpit/internal/testenv"
+	"github.com/sandpit-dev/sandpit/mcp"
+)
+
+// wheelIndex is a PEP 691 (JSON) simple index on loopback, serving wheels
+// the test builds: the only package source a test server is given.
+type wheelIndex struct {
+	srv   *httptest.Server
+	mu    sync.Mutex
+	files map[string][]indexFile // project → files
+	blobs map[string][]byte      // filename → bytes
+}
+
+type indexFile struct {
+	Filename string            `json:"filename"`
+	URL      string            `json:"url"`
+	Hashes   map[string]string `json:"hashes"`
+	Size     int               `json:"size"`
+}
+
+func newWheelIndex(t *testing.T) *wheelIndex {
+	ix := &wheelIndex{files: map[string][]indexFile{}, blobs: map[string][]byte{}}
+	ix.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ix.mu.Lock()
+		defer ix.mu.Unlock()
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/simple/"):
+			name := strings.Trim(strings.TrimPrefix(r.URL.Path, "/simple/"), "/")
+			files, ok := ix.files[name]
+			if !ok {
+				http.NotFound(w, r)
+				return
+			}
+			w.Header().Set("Content-Type", "application/vnd.pypi.simple.v1+json")
+			json.NewEncoder(w).Encode(map[string]any{"meta": map[string]string{"api-version": "1.1"}, "name": name, "files": files})
+		case strings.HasPrefix(r.URL.Path, "/files/"):
+			b, ok := ix.blobs[strings.TrimPrefix(r.URL.Path, "/files/")]
+			if !ok {
+				http.NotFound(w, r)
+				return
+			}
+			w.Write(b)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(ix.srv.Close)
+	return ix
+}
+
+func (ix *wheelIndex) url() string { return ix.srv.URL + "/simple/" }
+
+// add serves a file under project; published, when set, is the sha256 the
+// index claims instead of the real one.
+func (ix *wheelIndex) add(project, filename string, data []byte, published string) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if published == "" {
+		s := sha256.Sum256(data)
+		published = hex.EncodeToString(s[:])
+	}
+	ix.files[project] = append(ix.files[project], indexFile{Filename: filename, URL: "../../files/" + filename, Hashes: map[string]string{"sha256": published}, Size: len(data)})
+	ix.blobs[filename] = data
+}
+
+// testWheel builds a wheel: METADATA (with requires), WHEEL, the given
+// files and a RECORD that hashes each, as pip would check it.
+func testWheel(t *testing.T, name, version string, requires []string, files map[string][]byte) (string, []byte) {
+	t.Helper()
+	dist := strings.ReplaceAll(name, "-", "_")
+	info := dist + "-" + version + ".dist-info/"
+	md := fmt.Sprintf("Metadata-Version: 2.1\nName: %s\nVersion: %s\n", name, version)
+	for _, r := range requires {
+		md += "Requires-Dist: " + r + "\n"
+	}
+	all := map[string][]byte{
+		info + "METADATA": []byte(md),
+		info + "WHEEL":    []byte("Wheel-Version: 1.0\nGenerator: sandpit-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"),
+	}
+	for k, v := range files {
+		all[k] = v
+	}
+	var buf bytes.Buffer
+	z := zip.NewWriter(&buf)
+	var record strings.Builder
+	for path, data := range all {
+		w, err := z.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(data)
+		s := sha256.Sum256(data)
+		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", path, base64.RawURLEncoding.EncodeToString(s[:]), len(data))
+	}
+	record.WriteString(info + "RECORD,,\n")
+	w, _ := z.Create(info + "RECORD")
+	w.Write([]byte(record.String()))
+	if err := z.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%s-%s-py3-none-any.whl", dist, version), buf.Bytes()
+}
+
+func packagesResult(t *testing.T, r *mcpgo.CallToolResult) mcp.PackagesResult {
+	t.Helper()
+	if r.IsError {
+		t.Fatalf("packages tool error: %s", text(r))
+	}
+	b, _ := json.Marshal(r.StructuredContent)
+	var out mcp.PackagesResult
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("structured content %s: %v", b, err)
+	}
+	return out
+}
+
+func runPy(t *testing.T, c *client.Client, code string, extra ...string) mcp.RunCodeResult {
+	t.Helper()
+	args := map[string]any{"language": "python", "code": code}
+	if len(extra) > 0 {
+		args["session"] = extra[0]
+	}
+	return runResult(t, call(t, c, "run_code", args))
+}
+
+// TestPackagesOverMCP: install_packages against a local index, end to
+// end: the layer is importable in runs and sessions, recorded in
+// sandpit.lock, undone with the run that wrote it, rebuilt by a fresh
+// server from the lock, and every hostile or refused package changes
+// nothing.
+func TestPackagesOverMCP(t *testing.T) {
+	ix := newWheelIndex(t)
+	add := func(name, version string, requires []string, files map[string][]byte, published string) {
+		fn, data := testWheel(t, name, version, requires, files)
+		ix.add(name, fn, data, published)
+	}
+	add("sp-util", "1.0", nil, map[string][]byte{"sp_util.py": []byte("def shout(s):\n    return s.upper() + '!'\n")}, "")
+	for _, v := range []string{"1.0", "2.0"} {
+		add("sp-greet", v, []string{"sp-util>=1.0"}, map[string][]byte{"sp_greet/__init__.py": []byte("import sp_util\nVERSION = '" + v + "'\ndef hello():\n    return sp_util.shout('hello ' + VERSION)\n")}, "")
+	}
+	add("sp-badhash", "1.0", nil, map[string][]byte{"sp_badhash.py": []byte("X = 1\n")}, strings.Repeat("ab", 32))
+	add("sp-escape", "1.0", nil, map[string][]byte{"../../escaped.py": []byte("X = 1\n")}, "")
+	ix.add("sp-sdist", "sp-sdist-1.0.tar.gz", []byte("not built here"), "")
+
+	dir := t.TempDir()
+	cache := filepath.Join(dir, "cache")
+	args := append(serverArgs(t), "--package-source", "python="+ix.url(), "--package-cache", cache)
+	ws := flagValue(args, "workspace")
+	c := startServer(t, nil, args...)
+
+	if r := call(t, c, "list_packages", map[string]any{}); r.IsError || !strings.Contains(text(r), "no packages installed") || !strings.Contains(text(r), "python") {
+		t.Fatalf("list_packages before: %s", text(r))
+	}
+	if res := runPy(t, c, "import sp_greet"); !strings.Contains(res.Stderr, "ModuleNotFoundError") {
+		t.Fatalf("importable before any install: %+v", res)
+	}
+
+	// A compiled library the layer's package loads with ctypes: built in
+	// a sandbox of the toolchain image, so the layer must be executable.
+	so := runResult(t, call(t, c, "run_code", map[string]any{"language": "bash", "code": "printf 'int sp_add(int a, int b) { return a + b; }\\n' > /tmp/a.c && gcc -shared -fPIC -O2 -o libspnative.so /tmp/a.c && echo built"}))
+	if !strings.Contains(so.Stdout, "built") {
+		t.Fatalf("build the shared library: %+v", so)
+	}
+	lib, err := os.ReadFile(filepath.Join(ws, "libspnative.so"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	add("sp-native", "1.0", nil, map[string][]byte{
+		"sp_native/__init__.py":    []byte("import ctypes, os\n_lib = ctypes.CDLL(os.path.join(os.path.dirname(__file__), 'libspnative.so'))\ndef add(a, b):\n    return _lib.sp_add(a, b)\n"),
+		"sp_native/libspnative.so": lib,
+	}, "")
+
+	// Install: a good requirement with a dependency; two refused ones.
+	r := packagesResult(t, call(t, c, "install_packages", map[string]any{"language": "python", "packages": []string{"sp-greet==1.0", "https://evil.example/x.whl", "sp_native"}}))
+	got := map[string]string{}
+	for _, p := range r.Installed {
+		got[p.Name] = p.Version
+	}
+	if got["sp-greet"] != "1.0" || got["sp-util"] != "1.0" || got["sp-native"] != "1.0" || len(r.Refused) != 1 || !strings.Contains(r.Refused[0].Reason, "URL") {
+		t.Fatalf("install: %+v", r)
+	}
+	if r.RunID == "" || r.Files == nil {
+		t.Fatalf("the install is no run with workspace changes: %+v", r)
+	}
+	lock1, err := os.ReadFile(filepath.Join(ws, "sandpit.lock"))
+	if err != nil || !bytes.Contains(lock1, []byte(`"sp-greet"`)) {
+		t.Fatalf("sandpit.lock: %s %v", lock1, err)
+	}
+
+	check := func(want string, session ...string) {
+		t.Helper()
+		res := runPy(t, c, "import sp_greet, sp_native\nprint(sp_greet.hello(), sp_native.add(2, 3))", session...)
+		if res.Status != "success" || !strings.Contains(res.Stdout, want) {
+			t.Fatalf("import from the layer: want %q: %+v", want, res)
+		}
+	}
+	check("HELLO 1.0! 5")
+	check("HELLO 1.0! 5", "s1")
+	if res := runPy(t, c, "open('/opt/sandpit/env/python/sp_util.py', 'a').write('x')"); res.Status == "success" || !strings.Contains(res.Stderr, "Read-only file system") && !strings.Contains(res.Stderr, "Permission denied") {
+		t.Fatalf("the layer is writable: %+v", res)
+	}
+
+	// Upgrade, then undo the upgrade's run: the previous layer comes back.
+	r = packagesResult(t, call(t, c, "install_packages", map[string]any{"language": "python", "packages": []string{"sp-greet==2.0"}}))
+	if len(r.Installed) != 1 || r.Installed[0].Version != "2.0" {
+		t.Fatalf("upgrade: %+v", r)
+	}
+	if u := call(t, c, "undo_last_run", map[string]any{}); u.IsError {
+		t.Fatalf("undo: %s", text(u))
+	}
+	check("HELLO 1.0! 5")
+	if lock, _ := os.ReadFile(filepath.Join(ws, "sandpit.lock")); !bytes.Equal(lock, lock1) {
+		t.Fatalf("undo left another lock:\n%s\nwant\n%s", lock, lock1)
+	}
+	// Upgraded again, the layer of 2.0 is there to reuse.
+	packagesResult(t, call(t, c, "install_packages", map[string]any{"language": "python", "packages": []string{"sp-greet==2.0"}}))
+	check("HELLO 2.0! 5")
+	packagesResult(t, call(t, c, "install_packages", map[string]any{"language": "python", "packages": []string{"sp-greet==1.0"}}))
+	check("HELLO 1.0! 5")
+
+	// Refused whole: nothing changes.
+	for _, tc := range []struct{ spec, want string }{
+		{"sp-badhash", "hash"},
+		{"sp-sdist", "sp-sdist"},
+		{"sp-escape", "unsafe"},
+		{"no-such-package", "no such package"},
+	} {
+		res := call(t, c, "install_packages", map[string]any{"language": "python", "packages": []string{tc.spec}})
+		if !res.IsError || !strings.Contains(strings.ToLower(text(res)), tc.want) {
+			t.Errorf("install %s: want an error naming %q, got %s", tc.spec, tc.want, text(res))
+		}
+		if lock, _ := os.ReadFile(filepath.Join(ws, "sandpit.lock")); !bytes.Equal(lock, lock1) {
+			t.Fatalf("a refused install (%s) changed the lock", tc.spec)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(ws, "..", "escaped.py")); err == nil {
+		t.Fatal("a wheel's entry escaped the layer")
+	}
+	check("HELLO 1.0! 5")
+	if res := call(t, c, "install_packages", map[string]any{"language": "javascript", "packages": []string{"left-pad@1.3.0"}}); !res.IsError || !strings.Contains(text(res), "--package-source javascript=") {
+		t.Errorf("an unconfigured language does not say how to enable it: %s", text(res))
+	}
+
+	// A broken lock stops runs with what to do; deleting it drops the layer.
+	if w := call(t, c, "write_file", map[string]any{"path": "sandpit.lock", "content": "{"}); w.IsError {
+		t.Fatal(text(w))
+	}
+	if res := call(t, c, "run_code", map[string]any{"language": "python", "code": "print(1)"}); !res.IsError || !strings.Contains(text(res), "sandpit.lock") {
+		t.Fatalf("a broken lock: %s", text(res))
+	}
+	os.WriteFile(filepath.Join(ws, "sandpit.lock"), lock1, 0o644)
+	check("HELLO 1.0! 5")
+
+	// A fresh server on the same workspace, its layers gone: it rebuilds
+	// the layer from the lock (the artifacts from the cache).
+	c.Close()
+	layers := filepath.Join(filepath.Dir(flagValue(args, "snapshot-dir")), "packages", "layers")
+	entries, _ := os.ReadDir(layers)
+	if len(entries) == 0 {
+		t.Fatalf("no layers in %s", layers)
+	}
+	for _, e := range entries {
+		p := filepath.Join(layers, e.Name())
+		filepath.WalkDir(p, func(q string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				os.Chmod(q, 0o700)
+			}
+			return nil
+		})
+		os.RemoveAll(p)
+	}
+	c2 := startServer(t, nil, args...)
+	if res := runPy(t, c2, "import sp_greet\nprint(sp_greet.hello())"); !strings.Contains(res.Stdout, "HELLO 1.0!") {
+		t.Fatalf("a fresh server does not rebuild the layer from the lock: %+v", res)
+	}
+	l := call(t, c2, "list_packages", map[string]any{})
+	if !strings.Contains(text(l), "sp-util 1.0") || !strings.Contains(text(l), "a dependency") {
+		t.Fatalf("list_packages: %s", text(l))
+	}
+	r = packagesResult(t, call(t, c2, "remove_packages", map[string]any{"language": "python", "packages": []string{"sp-greet"}}))
+	if len(r.Removed) != 2 {
+		t.Fatalf("remove sp-greet takes sp-util, which nothing else needs: %+v", r)
+	}
+	if res := runPy(t, c2, "import sp_greet"); !strings.Contains(res.Stderr, "ModuleNotFoundError") {
+		t.Fatalf("still importable after remove: %+v", res)
+	}
+	if res := runPy(t, c2, "import sp_native; print(sp_native.add(1, 1))"); !strings.Contains(res.Stdout, "2") {
+		t.Fatalf("the package kept is gone: %+v", res)
+	}
+}
+
+// TestPackagesPolicy: an allowlist holds for dependencies too, and a
+// denied package is refused with the policy's line.
+func TestPackagesPolicy(t *testing.T) {
+	ix := newWheelIndex(t)
+	fn, data := testWheel(t, "sp-util", "1.0", nil, map[string][]byte{"sp_util.py": []byte("X = 1\n")})
+	ix.add("sp-util", fn, data, "")
+	fn, data = testWheel(t, "sp-greet", "1.0", []string{"sp-util"}, map[string][]byte{"sp_greet.py": []byte("X = 1\n")})
+	ix.add("sp-greet", fn, data, "")
+	policy := filepath.Join(t.TempDir(), "policy")
+	os.WriteFile(policy, []byte("allow python sp-greet\nallow python sp-util <1\n"), 0o644)
+	args := append(serverArgs(t), "--package-source", "python="+ix.url(), "--package-cache", filepath.Join(t.TempDir(), "cache"), "--package-allow", policy)
+	c := startServer(t, nil, args...)
+	res := call(t, c, "install_packages", map[string]any{"language": "python", "packages": []string{"sp-greet"}})
+	if !res.IsError || !strings.Contains(text(res), "allowlist") || !strings.Contains(text(res), "sp-util") {
+		t.Fatalf("a dependency off the allowlist: %s", text(res))
+	}
+	if _, err := os.Stat(filepath.Join(flagValue(args, "workspace"), "sandpit.lock")); err == nil {
+		t.Fatal("a refused install wrote a lock")
+	}
+}
+
+// TestPackagesNPMRegistry installs from the real npm registry (which these
+// machines reach) and requires the package in a run.
+func TestPackagesNPMRegistry(t *testing.T) {
+	if os.Getenv("SANDPIT_NPM_OFFLINE") == "1" {
+		t.Skip("SANDPIT_NPM_OFFLINE=1: the npm registry is not reachable from this machine")
+	}
+	args := append(serverArgs(t), "--package-source", "javascript=https://registry.npmjs.org/", "--package-cache", filepath.Join(t.TempDir(), "cache"))
+	c := startServer(t, nil, args...)
+	r := packagesResult(t, call(t, c, "install_packages", map[string]any{"language": "javascript", "packages": []string{"left-pad@1.3.0", "is-odd@3.0.1"}}))
+	if len(r.Installed) != 3 {
+		t.Fatalf("left-pad, is-odd and is-number: %+v", r)
+	}
+	res := runResult(t, call(t, c, "run_code", map[string]any{"language": "javascript", "code": "console.log(require('left-pad')('7', 3, '0'), require('is-odd')(3))"}))
+	if res.Status != "success" || !strings.Contains(res.Stdout, "007 true") {
+		t.Fatalf("require from the layer: %+v", res)
+	}
+	_ = testenv.Patience
+}
