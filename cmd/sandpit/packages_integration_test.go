@@ -240,18 +240,27 @@ func TestPackagesOverMCP(t *testing.T) {
 	check("HELLO 1.0! 5")
 
 	// Refused whole: nothing changes.
-	for _, tc := range []struct{ spec, want string }{
-		{"sp-badhash", "hash"},
-		{"sp-sdist", "sp-sdist"},
-		{"sp-escape", "unsafe"},
-		{"no-such-package", "no such package"},
+	many := make([]string, 201)
+	for i := range many {
+		many[i] = fmt.Sprintf("pkg-%d", i)
+	}
+	for _, tc := range []struct {
+		specs []string
+		want  string
+	}{
+		{[]string{"sp-badhash"}, "hash"},
+		{[]string{"sp-sdist"}, "sp-sdist"},
+		{[]string{"sp-escape"}, "unsafe"},
+		{[]string{"no-such-package"}, "no such package"},
+		{many, "over the limit of 200"},
+		{[]string{"./sp-util", "file:///tmp/x.whl", "sp-util @ https://x/y.whl", "sp\x1butil", "--index-url=https://evil/"}, "nothing to install"},
 	} {
-		res := call(t, c, "install_packages", map[string]any{"language": "python", "packages": []string{tc.spec}})
+		res := call(t, c, "install_packages", map[string]any{"language": "python", "packages": tc.specs})
 		if !res.IsError || !strings.Contains(strings.ToLower(text(res)), tc.want) {
-			t.Errorf("install %s: want an error naming %q, got %s", tc.spec, tc.want, text(res))
+			t.Errorf("install %.80q: want an error naming %q, got %s", tc.specs, tc.want, text(res))
 		}
 		if lock, _ := os.ReadFile(filepath.Join(ws, "sandpit.lock")); !bytes.Equal(lock, lock1) {
-			t.Fatalf("a refused install (%s) changed the lock", tc.spec)
+			t.Fatalf("a refused install (%.80q) changed the lock", tc.specs)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(ws, "..", "escaped.py")); err == nil {
@@ -261,6 +270,46 @@ func TestPackagesOverMCP(t *testing.T) {
 	if res := call(t, c, "install_packages", map[string]any{"language": "javascript", "packages": []string{"left-pad@1.3.0"}}); !res.IsError || !strings.Contains(text(res), "--package-source javascript=") {
 		t.Errorf("an unconfigured language does not say how to enable it: %s", text(res))
 	}
+
+	// A snapshot taken before an install, restored, takes the layer back.
+	snap := structuredMap(t, call(t, c, "create_state_snapshot", map[string]any{"description": "before sp-extra"}))
+	add("sp-extra", "1.0", nil, map[string][]byte{"sp_extra.py": []byte("X = 'extra'\n")}, "")
+	packagesResult(t, call(t, c, "install_packages", map[string]any{"language": "python", "packages": []string{"sp-extra"}}))
+	if res := runPy(t, c, "import sp_extra; print(sp_extra.X)"); !strings.Contains(res.Stdout, "extra") {
+		t.Fatalf("sp-extra: %+v", res)
+	}
+	if r := call(t, c, "restore_state_snapshot", map[string]any{"snapshot_id": snap["snapshot_id"]}); r.IsError {
+		t.Fatal(text(r))
+	}
+	if res := runPy(t, c, "import sp_extra"); !strings.Contains(res.Stderr, "ModuleNotFoundError") {
+		t.Fatalf("restored a snapshot from before the install, still importable: %+v", res)
+	}
+	check("HELLO 1.0! 5")
+
+	// Two installs racing into one layer: one waits for the other, and the
+	// lock has both.
+	add("sp-race-a", "1.0", nil, map[string][]byte{"sp_race_a.py": []byte("X = 'a'\n")}, "")
+	add("sp-race-b", "1.0", nil, map[string][]byte{"sp_race_b.py": []byte("X = 'b'\n")}, "")
+	var wg sync.WaitGroup
+	raced := make([]*mcpgo.CallToolResult, 2)
+	for i, name := range []string{"sp-race-a", "sp-race-b"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			raced[i] = callNoFail(c, "install_packages", map[string]any{"language": "python", "packages": []string{name}})
+		}()
+	}
+	wg.Wait()
+	for _, r := range raced {
+		if r == nil || r.IsError {
+			t.Fatalf("racing installs: %v", r)
+		}
+	}
+	if res := runPy(t, c, "import sp_race_a, sp_race_b, sp_greet; print(sp_race_a.X + sp_race_b.X)"); !strings.Contains(res.Stdout, "ab") {
+		t.Fatalf("after two racing installs the layer lacks one: %+v", res)
+	}
+	packagesResult(t, call(t, c, "remove_packages", map[string]any{"language": "python", "packages": []string{"sp-race-a", "sp-race-b"}}))
+	lock1, _ = os.ReadFile(filepath.Join(ws, "sandpit.lock"))
 
 	// A broken lock stops runs with what to do; deleting it drops the layer.
 	if w := call(t, c, "write_file", map[string]any{"path": "sandpit.lock", "content": "{"}); w.IsError {
@@ -348,4 +397,29 @@ func TestPackagesNPMRegistry(t *testing.T) {
 		t.Fatalf("require from the layer: %+v", res)
 	}
 	_ = testenv.Patience
+}
+
+// TestPackagesTenants: over HTTP each tenant has its own layer and lock;
+// one tenant's install is nothing to another, who imports nothing of it.
+func TestPackagesTenants(t *testing.T) {
+	ix := newWheelIndex(t)
+	fn, data := testWheel(t, "sp-tenant", "1.0", nil, map[string][]byte{"sp_tenant.py": []byte("X = 'installed'\n")})
+	ix.add("sp-tenant", fn, data, "")
+	data2 := filepath.Join(t.TempDir(), "data")
+	ta, tb := token(t, data2, "alice"), token(t, data2, "bob")
+	srv := startHTTP(t, data2, "--package-source", "python="+ix.url(), "--package-cache", filepath.Join(t.TempDir(), "cache"))
+	alice, bob := httpClient(t, srv.url, ta), httpClient(t, srv.url, tb)
+	packagesResult(t, call(t, alice, "install_packages", map[string]any{"language": "python", "packages": []string{"sp-tenant"}}))
+	if res := runPy(t, alice, "import sp_tenant; print(sp_tenant.X)"); !strings.Contains(res.Stdout, "installed") {
+		t.Fatalf("alice's import: %+v", res)
+	}
+	if res := runPy(t, bob, "import sp_tenant"); !strings.Contains(res.Stderr, "ModuleNotFoundError") {
+		t.Fatalf("bob imports alice's package: %+v", res)
+	}
+	if l := call(t, bob, "list_packages", map[string]any{}); !strings.Contains(text(l), "no packages installed") {
+		t.Fatalf("bob's list shows alice's: %s", text(l))
+	}
+	if _, err := os.Stat(filepath.Join(data2, "tenants", "alice", "packages", "layers")); err != nil {
+		t.Fatalf("alice's layers are not hers: %v", err)
+	}
 }
