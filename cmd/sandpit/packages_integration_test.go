@@ -1,15 +1,9 @@
 package main
 
 import (
-	"archive/zip"
 	"bytes"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,107 +13,29 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandpit-dev/sandpit/internal/pypi/pypitest"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 	"github.com/sandpit-dev/sandpit/mcp"
 )
 
-// wheelIndex is a PEP 691 (JSON) simple index on loopback, serving wheels
-// the test builds: the only package source a test server is given.
-type wheelIndex struct {
-	srv   *httptest.Server
-	mu    sync.Mutex
-	files map[string][]indexFile // project → files
-	blobs map[string][]byte      // filename → bytes
-}
-
-type indexFile struct {
-	Filename string            `json:"filename"`
-	URL      string            `json:"url"`
-	Hashes   map[string]string `json:"hashes"`
-	Size     int               `json:"size"`
-}
-
-func newWheelIndex(t *testing.T) *wheelIndex {
-	ix := &wheelIndex{files: map[string][]indexFile{}, blobs: map[string][]byte{}}
-	ix.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ix.mu.Lock()
-		defer ix.mu.Unlock()
-		switch {
-		case strings.HasPrefix(r.URL.Path, "/simple/"):
-			name := strings.Trim(strings.TrimPrefix(r.URL.Path, "/simple/"), "/")
-			files, ok := ix.files[name]
-			if !ok {
-				http.NotFound(w, r)
-				return
-			}
-			w.Header().Set("Content-Type", "application/vnd.pypi.simple.v1+json")
-			json.NewEncoder(w).Encode(map[string]any{"meta": map[string]string{"api-version": "1.1"}, "name": name, "files": files})
-		case strings.HasPrefix(r.URL.Path, "/files/"):
-			b, ok := ix.blobs[strings.TrimPrefix(r.URL.Path, "/files/")]
-			if !ok {
-				http.NotFound(w, r)
-				return
-			}
-			w.Write(b)
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	t.Cleanup(ix.srv.Close)
+// newWheelIndex serves a PEP 691 index on loopback: the only package
+// source a test server is given.
+func newWheelIndex(t *testing.T) *pypitest.Index {
+	ix, err := pypitest.NewIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ix.Close() })
 	return ix
 }
 
-func (ix *wheelIndex) url() string { return ix.srv.URL + "/simple/" }
-
-// add serves a file under project; published, when set, is the sha256 the
-// index claims instead of the real one.
-func (ix *wheelIndex) add(project, filename string, data []byte, published string) {
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	if published == "" {
-		s := sha256.Sum256(data)
-		published = hex.EncodeToString(s[:])
-	}
-	ix.files[project] = append(ix.files[project], indexFile{Filename: filename, URL: "../../files/" + filename, Hashes: map[string]string{"sha256": published}, Size: len(data)})
-	ix.blobs[filename] = data
-}
-
-// testWheel builds a wheel: METADATA (with requires), WHEEL, the given
-// files and a RECORD that hashes each, as pip would check it.
 func testWheel(t *testing.T, name, version string, requires []string, files map[string][]byte) (string, []byte) {
 	t.Helper()
-	dist := strings.ReplaceAll(name, "-", "_")
-	info := dist + "-" + version + ".dist-info/"
-	md := fmt.Sprintf("Metadata-Version: 2.1\nName: %s\nVersion: %s\n", name, version)
-	for _, r := range requires {
-		md += "Requires-Dist: " + r + "\n"
-	}
-	all := map[string][]byte{
-		info + "METADATA": []byte(md),
-		info + "WHEEL":    []byte("Wheel-Version: 1.0\nGenerator: sandpit-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"),
-	}
-	for k, v := range files {
-		all[k] = v
-	}
-	var buf bytes.Buffer
-	z := zip.NewWriter(&buf)
-	var record strings.Builder
-	for path, data := range all {
-		w, err := z.Create(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.Write(data)
-		s := sha256.Sum256(data)
-		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", path, base64.RawURLEncoding.EncodeToString(s[:]), len(data))
-	}
-	record.WriteString(info + "RECORD,,\n")
-	w, _ := z.Create(info + "RECORD")
-	w.Write([]byte(record.String()))
-	if err := z.Close(); err != nil {
+	fn, data, err := pypitest.Wheel(name, version, requires, files)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return fmt.Sprintf("%s-%s-py3-none-any.whl", dist, version), buf.Bytes()
+	return fn, data
 }
 
 func packagesResult(t *testing.T, r *mcpgo.CallToolResult) mcp.PackagesResult {
@@ -153,7 +69,7 @@ func TestPackagesOverMCP(t *testing.T) {
 	ix := newWheelIndex(t)
 	add := func(name, version string, requires []string, files map[string][]byte, published string) {
 		fn, data := testWheel(t, name, version, requires, files)
-		ix.add(name, fn, data, published)
+		ix.Add(name, fn, data, published)
 	}
 	add("sp-util", "1.0", nil, map[string][]byte{"sp_util.py": []byte("def shout(s):\n    return s.upper() + '!'\n")}, "")
 	for _, v := range []string{"1.0", "2.0"} {
@@ -161,11 +77,11 @@ func TestPackagesOverMCP(t *testing.T) {
 	}
 	add("sp-badhash", "1.0", nil, map[string][]byte{"sp_badhash.py": []byte("X = 1\n")}, strings.Repeat("ab", 32))
 	add("sp-escape", "1.0", nil, map[string][]byte{"../../escaped.py": []byte("X = 1\n")}, "")
-	ix.add("sp-sdist", "sp-sdist-1.0.tar.gz", []byte("not built here"), "")
+	ix.Add("sp-sdist", "sp-sdist-1.0.tar.gz", []byte("not built here"), "")
 
 	dir := t.TempDir()
 	cache := filepath.Join(dir, "cache")
-	args := append(serverArgs(t), "--package-source", "python="+ix.url(), "--package-cache", cache)
+	args := append(serverArgs(t), "--package-source", "python="+ix.URL(), "--package-cache", cache)
 	ws := flagValue(args, "workspace")
 	c := startServer(t, nil, args...)
 
@@ -364,12 +280,12 @@ func TestPackagesOverMCP(t *testing.T) {
 func TestPackagesPolicy(t *testing.T) {
 	ix := newWheelIndex(t)
 	fn, data := testWheel(t, "sp-util", "1.0", nil, map[string][]byte{"sp_util.py": []byte("X = 1\n")})
-	ix.add("sp-util", fn, data, "")
+	ix.Add("sp-util", fn, data, "")
 	fn, data = testWheel(t, "sp-greet", "1.0", []string{"sp-util"}, map[string][]byte{"sp_greet.py": []byte("X = 1\n")})
-	ix.add("sp-greet", fn, data, "")
+	ix.Add("sp-greet", fn, data, "")
 	policy := filepath.Join(t.TempDir(), "policy")
 	os.WriteFile(policy, []byte("allow python sp-greet\nallow python sp-util <1\n"), 0o644)
-	args := append(serverArgs(t), "--package-source", "python="+ix.url(), "--package-cache", filepath.Join(t.TempDir(), "cache"), "--package-allow", policy)
+	args := append(serverArgs(t), "--package-source", "python="+ix.URL(), "--package-cache", filepath.Join(t.TempDir(), "cache"), "--package-allow", policy)
 	c := startServer(t, nil, args...)
 	res := call(t, c, "install_packages", map[string]any{"language": "python", "packages": []string{"sp-greet"}})
 	if !res.IsError || !strings.Contains(text(res), "allowlist") || !strings.Contains(text(res), "sp-util") {
@@ -404,10 +320,10 @@ func TestPackagesNPMRegistry(t *testing.T) {
 func TestPackagesTenants(t *testing.T) {
 	ix := newWheelIndex(t)
 	fn, data := testWheel(t, "sp-tenant", "1.0", nil, map[string][]byte{"sp_tenant.py": []byte("X = 'installed'\n")})
-	ix.add("sp-tenant", fn, data, "")
+	ix.Add("sp-tenant", fn, data, "")
 	data2 := filepath.Join(t.TempDir(), "data")
 	ta, tb := token(t, data2, "alice"), token(t, data2, "bob")
-	srv := startHTTP(t, data2, "--package-source", "python="+ix.url(), "--package-cache", filepath.Join(t.TempDir(), "cache"))
+	srv := startHTTP(t, data2, "--package-source", "python="+ix.URL(), "--package-cache", filepath.Join(t.TempDir(), "cache"))
 	alice, bob := httpClient(t, srv.url, ta), httpClient(t, srv.url, tb)
 	packagesResult(t, call(t, alice, "install_packages", map[string]any{"language": "python", "packages": []string{"sp-tenant"}}))
 	if res := runPy(t, alice, "import sp_tenant; print(sp_tenant.X)"); !strings.Contains(res.Stdout, "installed") {

@@ -81,6 +81,8 @@ var Programs = map[string]struct{ lang, code, want string }{
 	// Sessions (session.go): a call in a session that exists already.
 	"session":    {"python", "x += 1", ""},
 	"session-df": {"python", "df.shape", ""},
+	// A workspace with a package layer (packages.go): print(1).
+	"packages": {"python", "print(1)", "1\n"},
 }
 
 // suite is one run of the comparators: what it started, to be torn down.
@@ -106,7 +108,7 @@ type suite struct {
 func Run(ctx context.Context, cfg SuiteConfig) (*Report, error) {
 	for _, l := range cfg.Languages {
 		if _, ok := Programs[l]; !ok {
-			return nil, fmt.Errorf("language %q: the bench knows python, c, pydata, session and session-df", l)
+			return nil, fmt.Errorf("language %q: the bench knows python, c, pydata, session, session-df and packages", l)
 		}
 	}
 	cfg.Runtime.Defaults()
@@ -117,7 +119,7 @@ func Run(ctx context.Context, cfg SuiteConfig) (*Report, error) {
 	b.report = Report{
 		Command: cfg.Command,
 		Program: `python: print(1); c: puts("1") compiled with the c language's gcc flags, then run; pydata: import pandas, matplotlib.pyplot; print(1); ` +
-			`session: x += 1 in a session that exists; session-df: df.shape of a DataFrame kept in a session, against rebuilding it in a fresh run`,
+			`session: x += 1 in a session that exists; session-df: df.shape of a DataFrame kept in a session, against rebuilding it in a fresh run; packages: print(1) with a 50-wheel package layer against none`,
 		Machine: Describe(), // load before anything starts
 		Warmup:  cfg.Options.Warmup,
 		GapMS:   cfg.Options.Gap.Milliseconds(),
@@ -259,6 +261,10 @@ func (b *suite) comparators(ctx context.Context, langs []string) ([]Comparator, 
 	for _, group := range langs {
 		if sessionGroups[group] {
 			b.sessionComparators(ctx, group, want, add)
+			continue
+		}
+		if group == "packages" {
+			b.packageComparators(ctx, group, want, add)
 			continue
 		}
 		lang, prog := Programs[group].lang, Programs[group]

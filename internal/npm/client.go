@@ -285,7 +285,7 @@ func (c *Client) Packument(ctx context.Context, name string) (*Packument, error)
 
 // packument is Packument that also returns the bytes it read.
 func (c *Client) packument(ctx context.Context, name string) (*Packument, int64, error) {
-	if err := validDepName(name); err != nil {
+	if err := ValidDepName(name); err != nil {
 		return nil, 0, err
 	}
 	base, err := c.base()

@@ -301,7 +301,7 @@ func (s *resolution) process(ctx context.Context, n *tnode) error {
 
 // resolveEdge finds or places the copy of name that n gets for raw.
 func (s *resolution) resolveEdge(ctx context.Context, n *tnode, name, raw string, optional bool) error {
-	if err := validDepName(name); err != nil {
+	if err := ValidDepName(name); err != nil {
 		return fmt.Errorf("%w: %s depends on %.100q, which is no valid package name; pin another version of %s", ErrRefused, n.chain(), name, n.m.Name)
 	}
 	if why := notRegistry(raw); why != "" {

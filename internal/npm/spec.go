@@ -252,10 +252,10 @@ var (
 // parts so.
 func ValidName(name string) error { return checkName(name, namePartRE) }
 
-// validDepName is ValidName for the names dependencies give: packages
+// ValidDepName is ValidName for the names dependencies give: packages
 // published before npm's current rules (JSONStream) may have capitals and
 // ~'!()*, which are still safe in a URL and a path.
-func validDepName(name string) error { return checkName(name, oldNamePartRE) }
+func ValidDepName(name string) error { return checkName(name, oldNamePartRE) }
 
 func checkName(name string, part *regexp.Regexp) error {
 	bad := func(why string) error {

@@ -101,13 +101,13 @@ func TestParseSpecRefuses(t *testing.T) {
 func TestDependencyNames(t *testing.T) {
 	// Old packages may be depended on by names npm refuses today.
 	for _, ok := range []string{"JSONStream", "ms", "@types/node", "a~b"} {
-		if err := validDepName(ok); err != nil {
-			t.Errorf("validDepName(%q) = %v", ok, err)
+		if err := ValidDepName(ok); err != nil {
+			t.Errorf("ValidDepName(%q) = %v", ok, err)
 		}
 	}
 	for _, bad := range []string{"..", "../x", "a/b", ".x", "_x", "x\x1b[0m", "", "a b"} {
-		if err := validDepName(bad); err == nil {
-			t.Errorf("validDepName(%q) = nil", bad)
+		if err := ValidDepName(bad); err == nil {
+			t.Errorf("ValidDepName(%q) = nil", bad)
 		}
 	}
 }

@@ -100,7 +100,9 @@ func (m *Manager) prepare(ctx context.Context, l *Lock, have map[string]string) 
 				return nil, err
 			}
 		}
-		if err := pypi.CheckWheel(path); err != nil {
+		// Named as the entry's wheel: its .dist-info must be that name
+		// and version, whatever the lock's URL fetched.
+		if err := (pypi.WheelLimits{}).CheckNamed(path, e.Filename); err != nil {
 			return nil, err
 		}
 		n, err := wheelManifest(path, e, b.want)
@@ -129,6 +131,14 @@ func (m *Manager) prepare(ctx context.Context, l *Lock, have map[string]string) 
 		}
 		if err := npm.CheckTarball(path, npm.TarLimits{}); err != nil {
 			return nil, err
+		}
+		// The bytes are the hash's; their package.json must be this
+		// entry's, or a lock could install one package under another's
+		// name (and past a policy about that name).
+		if name, version, err := tarballIdentity(path); err != nil {
+			return nil, err
+		} else if name != e.Name || version != e.Version {
+			return nil, lockErrorf("%s %s: its tarball is %s %s", e.Name, e.Version, name, version)
 		}
 		n, err := tarballManifest(path, e.Path, b.want)
 		if err != nil {
@@ -342,6 +352,35 @@ func tarballManifest(path, at string, want map[string]int64) (int64, error) {
 		}
 		want[at+"/"+rest] = h.Size
 		n += h.Size
+	}
+}
+
+// tarballIdentity reads the name and version of an npm tarball's
+// package.json (a tarball CheckTarball passed).
+func tarballIdentity(path string) (name, version string, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", "", err
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		return "", "", err
+	}
+	tr := tar.NewReader(gz)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			return "", "", fmt.Errorf("%w: %s: no package.json", ErrRefused, filepath.Base(path))
+		}
+		if _, rest, _ := strings.Cut(h.Name, "/"); rest != "package.json" || !h.FileInfo().Mode().IsRegular() {
+			continue
+		}
+		var pj struct{ Name, Version string }
+		if err := json.NewDecoder(io.LimitReader(tr, 1<<20)).Decode(&pj); err != nil {
+			return "", "", fmt.Errorf("%w: %s: package.json: %v", ErrRefused, filepath.Base(path), err)
+		}
+		return pj.Name, pj.Version, nil
 	}
 }
 

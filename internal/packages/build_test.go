@@ -443,3 +443,20 @@ func writeFile(t *testing.T, path, body string) {
 		t.Fatal(err)
 	}
 }
+
+// TestTarballIdentity: what ties a lock entry's name to the bytes
+// installed is the tarball's own package.json (prepare refuses a
+// mismatch), not its URL.
+func TestTarballIdentity(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.tgz")
+	writeTgz(t, path, demoTarball)
+	name, version, err := tarballIdentity(path)
+	if err != nil || name != "left-pad" || version != "1.3.0" {
+		t.Fatalf("tarballIdentity = %q %q %v", name, version, err)
+	}
+	none := filepath.Join(t.TempDir(), "none.tgz")
+	writeTgz(t, none, []archEntry{{name: "package/index.js", body: "1"}})
+	if _, _, err := tarballIdentity(none); err == nil {
+		t.Fatal("a tarball without package.json has an identity")
+	}
+}

@@ -5,11 +5,16 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net/url"
+	"path"
 	"regexp"
 	"slices"
 	"strings"
 
+	"github.com/sandpit-dev/sandpit/internal/npm"
 	"github.com/sandpit-dev/sandpit/internal/pypi"
 )
 
@@ -82,6 +87,8 @@ func (l *Lock) Marshal() []byte {
 	c.Version = LockVersion
 	c.Python = slices.Clone(l.Python)
 	c.JavaScript = slices.Clone(l.JavaScript)
+	c.Requested.Python = slices.Clone(l.Requested.Python)
+	c.Requested.JavaScript = slices.Clone(l.Requested.JavaScript)
 	c.sort()
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
@@ -100,7 +107,6 @@ func (l *Lock) sort() {
 var (
 	hexSHA256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	integrityRE = regexp.MustCompile(`^sha512-[A-Za-z0-9+/]{86}==$`)
-	jsPathRE    = regexp.MustCompile(`^node_modules/(@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._~-]*(/node_modules/(@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._~-]*)*$`)
 )
 
 // ParseLock reads a lock file's text. Anything it does not expect is an
@@ -115,7 +121,8 @@ func ParseLock(b []byte) (*Lock, error) {
 	if err := dec.Decode(&l); err != nil {
 		return nil, lockErrorf("not a sandpit lock (%v)", err)
 	}
-	if dec.More() {
+	// More is false before a stray "}" or "]": only EOF ends a lock.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, lockErrorf("text after the lock's JSON object")
 	}
 	if l.Version != LockVersion {
@@ -156,8 +163,10 @@ func (l *Lock) check() error {
 			return lockErrorf("%s: size must be the wheel's size in bytes", at)
 		case seen[e.Name]:
 			return lockErrorf("%s: listed twice", at)
-		case !strings.HasSuffix(e.URL, "/"+e.Filename) && !strings.Contains(e.URL, "/"+e.Filename+"#"):
-			return lockErrorf("%s: url must end with its filename", at)
+		case plainText(e.URL) != nil:
+			return lockErrorf("%s: url must be plain text", at)
+		case !urlNames(e.URL, e.Filename):
+			return lockErrorf("%s: url must be an http(s) URL whose path ends with /%s, without a query", at, e.Filename)
 		}
 		seen[e.Name] = true
 	}
@@ -165,8 +174,12 @@ func (l *Lock) check() error {
 	for i, e := range l.JavaScript {
 		at := fmt.Sprintf("javascript[%d] (%s)", i, e.Name)
 		switch {
-		case !jsPathRE.MatchString(e.Path) || !strings.HasSuffix(e.Path, "node_modules/"+e.Name):
+		case npm.ValidDepName(e.Name) != nil:
+			return lockErrorf("%s: not an npm package name", at)
+		case !jsPathOK(e.Path, e.Name):
 			return lockErrorf("%s: path %q must be node_modules/%s, or nested under its dependent", at, e.Path, e.Name)
+		case plainText(e.URL) != nil || !urlNames(e.URL, ""):
+			return lockErrorf("%s: url must be a plain http(s) URL without a query", at)
 		case !integrityRE.MatchString(e.Integrity):
 			return lockErrorf("%s: integrity must be a sha512 SRI string", at)
 		case !hexSHA256RE.MatchString(e.SHA256):
@@ -175,12 +188,38 @@ func (l *Lock) check() error {
 			return lockErrorf("%s: size must be the tarball's size in bytes", at)
 		case paths[e.Path]:
 			return lockErrorf("%s: path %s listed twice", at, e.Path)
-		case plainText(e.Version) != nil || plainText(e.URL) != nil:
-			return lockErrorf("%s: version and url must be plain text", at)
+		case plainText(e.Version) != nil:
+			return lockErrorf("%s: version must be plain text", at)
 		}
 		paths[e.Path] = true
 	}
 	return nil
+}
+
+// jsPathOK: node_modules/NAME, or nested (node_modules/A/node_modules/B),
+// every NAME an npm name, the last one name.
+func jsPathOK(p, name string) bool {
+	rest, ok := strings.CutPrefix(p, "node_modules/")
+	if !ok {
+		return false
+	}
+	parts := strings.Split(rest, "/node_modules/")
+	for _, n := range parts {
+		if npm.ValidDepName(n) != nil {
+			return false
+		}
+	}
+	return parts[len(parts)-1] == name
+}
+
+// urlNames: u is an http(s) URL without a query whose path's last element
+// is filename (any, when filename is "").
+func urlNames(u, filename string) bool {
+	pu, err := url.Parse(u)
+	if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" || pu.RawQuery != "" || pu.ForceQuery {
+		return false
+	}
+	return filename == "" || path.Base(pu.Path) == filename
 }
 
 func plainText(s string) error {

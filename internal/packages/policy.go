@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/sandpit-dev/sandpit/internal/npm"
 	"github.com/sandpit-dev/sandpit/internal/pypi"
 )
 
@@ -65,7 +66,7 @@ func ParsePolicy(b []byte) (*Policy, error) {
 		if len(f) < 3 || (f[0] != "allow" && f[0] != "deny") {
 			return nil, fmt.Errorf("line %d: want `allow|deny LANGUAGE NAME [VERSIONS]`, got %q", n, strings.TrimSpace(line))
 		}
-		r := rule{allow: f[0] == "allow", language: f[1], name: f[2], spec: strings.Join(f[3:], ""), line: n}
+		r := rule{allow: f[0] == "allow", language: f[1], name: f[2], spec: strings.Join(f[3:], " "), line: n}
 		switch r.language {
 		case Python:
 			if r.name != "*" {
@@ -82,7 +83,12 @@ func ParsePolicy(b []byte) (*Policy, error) {
 				r.py = ss
 			}
 		case JavaScript:
-			r.name = strings.ToLower(r.name)
+			// npm names are exact: old packages have capitals (JSONStream).
+			if r.name != "*" {
+				if err := npm.ValidDepName(r.name); err != nil {
+					return nil, fmt.Errorf("line %d: %w", n, err)
+				}
+			}
 			if r.spec != "" {
 				if _, err := jsRange(r.spec); err != nil {
 					return nil, fmt.Errorf("line %d: %w", n, err)
@@ -101,12 +107,20 @@ func (p *Policy) Check(language, name, version string) string {
 	if p == nil {
 		return ""
 	}
+	if language == Python {
+		name = pypi.Normalize(name)
+	}
 	hasAllow, allowed := false, false
 	for _, r := range p.rules {
 		if r.language != language {
 			continue
 		}
 		match := (r.name == "*" || r.name == name) && r.versionMatches(version)
+		if !r.allow && language == JavaScript && strings.EqualFold(r.name, name) && r.versionMatches(version) {
+			// A deny holds for every capitalisation: npm once took both
+			// JSONStream and jsonstream.
+			match = true
+		}
 		if !r.allow && match {
 			return fmt.Sprintf("the operator's package policy denies %s %s (line %d)", name, version, r.line)
 		}

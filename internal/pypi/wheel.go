@@ -65,8 +65,13 @@ func CheckWheel(path string) error { return WheelLimits{}.Check(path) }
 //   - RECORD lists every file but itself (and its signatures) once, with
 //     a sha256, sha384 or sha512 hash and, when given, the size that the
 //     file's bytes have, and lists nothing the archive lacks.
-func (l WheelLimits) Check(file string) error {
-	w, err := l.inspect(file)
+func (l WheelLimits) Check(file string) error { return l.CheckNamed(file, filepath.Base(file)) }
+
+// CheckNamed is Check of a wheel stored under another name (a cache entry
+// named by its hash) that must be the wheel filename: its .dist-info must
+// then be that wheel's name and version.
+func (l WheelLimits) CheckNamed(file, filename string) error {
+	w, err := l.inspect(file, filename)
 	if err != nil {
 		return err
 	}
@@ -90,8 +95,8 @@ func (w *inspected) bad(format string, a ...any) error {
 }
 
 // inspect runs every check that needs no file contents but RECORD's.
-func (l WheelLimits) inspect(file string) (_ *inspected, err error) {
-	w := &inspected{name: filepath.Base(file), files: map[string]*zip.File{}}
+func (l WheelLimits) inspect(file, filename string) (_ *inspected, err error) {
+	w := &inspected{name: filename, files: map[string]*zip.File{}}
 	bad := w.bad
 	st, err := os.Stat(file)
 	if err != nil {
@@ -234,7 +239,7 @@ func (w *inspected) each(budget int64, open func(name string, f *zip.File) (io.W
 // them executable, and each is hashed while written and compared with
 // RECORD. On any failure dir is emptied again.
 func (l WheelLimits) Extract(file, dir string) (err error) {
-	w, err := l.inspect(file)
+	w, err := l.inspect(file, filepath.Base(file))
 	if err != nil {
 		return err
 	}

@@ -242,3 +242,21 @@ func TestExtractWheel(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckNamed: a cached wheel (named by its hash) is checked as the
+// wheel a lock names: its .dist-info must be that name and version.
+func TestCheckNamed(t *testing.T) {
+	fn, data, _ := buildWheel(t, pkg{name: "evil", version: "6.6.6"})
+	path := filepath.Join(t.TempDir(), sha(data))
+	if err := os.WriteFile(path, data, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if err := (WheelLimits{}).CheckNamed(path, fn); err != nil {
+		t.Fatalf("its own name: %v", err)
+	}
+	for _, other := range []string{"requests-2.31.0-py3-none-any.whl", "evil-6.6.7-py3-none-any.whl"} {
+		if err := (WheelLimits{}).CheckNamed(path, other); !errors.Is(err, ErrUnsafeWheel) {
+			t.Errorf("checked as %s: %v, want ErrUnsafeWheel", other, err)
+		}
+	}
+}
