@@ -513,12 +513,13 @@ func (r *Runtime) runWarm(ctx context.Context, w *warm, lang *LanguageSpec, req 
 	return out, nil
 }
 
-// detachWorkspace undoes runWarm's workspace (and layer) mounts before the
-// view closes.
+// detachWorkspace undoes runWarm's workspace mount before the view
+// closes. A package layer stays until the sandbox is destroyed (in the
+// background: removeRunDir unmounts it), off the request's path.
 func detachWorkspace(w *warm) error {
 	ws := filepath.Join(w.dir, "ws")
 	if err := unix.Unmount(ws, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
 		return err
 	}
-	return detachEnv(w.dir)
+	return nil
 }

@@ -118,7 +118,12 @@ type Manager struct {
 	turn chan struct{} // one install or rebuild at a time
 
 	mu     sync.Mutex
-	parsed map[string]*Lock // lock text → parsed, for the run path
+	parsed map[string]parsedLock // lock text → parsed, for the run path
+}
+
+type parsedLock struct {
+	lock   *Lock
+	digest string
 }
 
 // New returns a Manager; it creates its directories.
@@ -148,7 +153,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	// The layers dir must be reachable for the bind mount's source only by
 	// the host; 0700 keeps other host users out.
-	m := &Manager{cfg: cfg, turn: make(chan struct{}, 1), parsed: map[string]*Lock{}}
+	m := &Manager{cfg: cfg, turn: make(chan struct{}, 1), parsed: map[string]parsedLock{}}
 	m.sweepBuilds()
 	return m, nil
 }
@@ -184,28 +189,30 @@ func (m *Manager) take(ctx context.Context) error {
 
 func (m *Manager) give() { <-m.turn }
 
-// lockOf parses lock text, remembering the last few.
-func (m *Manager) lockOf(text []byte) (*Lock, error) {
+// lockOf parses lock text, remembering the last few with their digests:
+// the run path asks for them before every run.
+func (m *Manager) lockOf(text []byte) (*Lock, string, error) {
 	if len(text) == 0 {
-		return nil, nil
+		return nil, "", nil
 	}
 	m.mu.Lock()
-	l, ok := m.parsed[string(text)]
+	p, ok := m.parsed[string(text)]
 	m.mu.Unlock()
 	if ok {
-		return l, nil
+		return p.lock, p.digest, nil
 	}
 	l, err := ParseLock(text)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
+	p = parsedLock{lock: l, digest: l.Digest()}
 	m.mu.Lock()
 	if len(m.parsed) > 16 {
 		clear(m.parsed)
 	}
-	m.parsed[string(text)] = l
+	m.parsed[string(text)] = p
 	m.mu.Unlock()
-	return l, nil
+	return l, p.digest, nil
 }
 
 func (m *Manager) layerDir(digest string) string {
@@ -217,14 +224,15 @@ func (m *Manager) layerDir(digest string) string {
 // is missing. A lock that cannot be built is an error whose text says
 // what to do.
 func (m *Manager) Layer(ctx context.Context, text []byte) (string, error) {
-	l, err := m.lockOf(text)
+	l, digest, err := m.lockOf(text)
 	if err != nil || l.Empty() {
 		return "", err
 	}
-	dir := m.layerDir(l.Digest())
+	dir := m.layerDir(digest)
 	if st, err := os.Stat(dir); err == nil && st.IsDir() {
-		now := time.Now()
-		os.Chtimes(dir, now, now) // the layers GC keeps the recently used
+		if now := time.Now(); now.Sub(st.ModTime()) > time.Minute {
+			os.Chtimes(dir, now, now) // the layers GC keeps the recently used
+		}
 		return dir, nil
 	}
 	if err := m.take(ctx); err != nil {
@@ -294,7 +302,7 @@ type Refusal struct {
 
 // List is what a lock installs.
 func (m *Manager) List(text []byte) ([]Package, error) {
-	l, err := m.lockOf(text)
+	l, _, err := m.lockOf(text)
 	if err != nil || l == nil {
 		return nil, err
 	}
