@@ -28,6 +28,7 @@ func packageFlags() []cli.Flag {
 		&cli.StringFlag{Name: "package-max-layer", Value: "1GiB", Usage: "largest a workspace's package layer may unpack to"},
 		&cli.StringFlag{Name: "package-max-artifact", Value: "512MiB", Usage: "largest one downloaded wheel or tarball"},
 		&cli.StringFlag{Name: "package-max-workspace", Value: "4GiB", Usage: "layers kept per workspace (tenant), the current one and those undo or a snapshot may want again; the oldest go first"},
+		&cli.StringFlag{Name: "package-cache-max", Value: "8GiB", Usage: "the artifact cache is trimmed to this after installs (least recently used first; a trimmed artifact is fetched again when needed)"},
 	}
 }
 
@@ -51,6 +52,7 @@ type packageSources struct {
 	cache      *pypi.Cache
 	maxLayer   int64
 	maxDisk    int64
+	maxCache   int64
 }
 
 // pythonTarget is the interpreter of the images' suite (bookworm:
@@ -71,6 +73,9 @@ func newPackageSources(c *cli.Context) (*packageSources, error) {
 	}
 	if ps.maxDisk, err = parseSize(c.String("package-max-workspace")); err != nil {
 		return nil, fmt.Errorf("--package-max-workspace: %w", err)
+	}
+	if ps.maxCache, err = parseSize(c.String("package-cache-max")); err != nil {
+		return nil, fmt.Errorf("--package-cache-max: %w", err)
 	}
 	maxArtifact, err := parseSize(c.String("package-max-artifact"))
 	if err != nil {
@@ -111,7 +116,7 @@ func newPackageSources(c *cli.Context) (*packageSources, error) {
 func (ps *packageSources) manager(cfg *mcp.Config, dir string, uid, gid uint32) error {
 	pcfg := packages.Config{
 		Dir: dir, Cache: ps.cache, Python: ps.python, JavaScript: ps.javascript, Policy: ps.policy,
-		Run: cfg.Runner.Run, MaxLayerBytes: ps.maxLayer, MaxWorkspaceDisk: ps.maxDisk,
+		Run: cfg.Runner.Run, MaxLayerBytes: ps.maxLayer, MaxWorkspaceDisk: ps.maxDisk, MaxCacheBytes: ps.maxCache,
 	}
 	pcfg.Owner.UID, pcfg.Owner.GID = uid, gid
 	m, err := packages.New(pcfg)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -312,7 +314,6 @@ func TestPackagesNPMRegistry(t *testing.T) {
 	if res.Status != "success" || !strings.Contains(res.Stdout, "007 true") {
 		t.Fatalf("require from the layer: %+v", res)
 	}
-	_ = testenv.Patience
 }
 
 // TestPackagesTenants: over HTTP each tenant has its own layer and lock;
@@ -337,5 +338,43 @@ func TestPackagesTenants(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(data2, "tenants", "alice", "packages", "layers")); err != nil {
 		t.Fatalf("alice's layers are not hers: %v", err)
+	}
+}
+
+// TestPackagesCacheBounded: the shared artifact cache is trimmed to
+// --package-cache-max after an install; a layer that must be rebuilt later
+// fetches what was trimmed again, verified.
+func TestPackagesCacheBounded(t *testing.T) {
+	ix := newWheelIndex(t)
+	noise := make([]byte, 8<<10) // incompressible: the wheel is over the cap
+	rand.Read(noise)
+	body := []byte("# " + hex.EncodeToString(noise) + "\n")
+	fn, data := testWheel(t, "sp-big", "1.0", nil, map[string][]byte{"sp_big.py": append([]byte("X = 'big'\n"), body...)})
+	ix.Add("sp-big", fn, data, "")
+	cache := filepath.Join(t.TempDir(), "cache")
+	args := append(serverArgs(t), "--package-source", "python="+ix.URL(), "--package-cache", cache, "--package-cache-max", "1KiB")
+	c := startServer(t, nil, args...)
+	packagesResult(t, call(t, c, "install_packages", map[string]any{"language": "python", "packages": []string{"sp-big"}}))
+	empty := func() bool {
+		des, err := os.ReadDir(filepath.Join(cache, "sha256"))
+		return err == nil && len(des) == 0
+	}
+	if !testenv.Poll(testenv.Patience, empty) {
+		t.Fatalf("the cache was not trimmed to 1 KiB")
+	}
+	layers := filepath.Join(filepath.Dir(flagValue(args, "snapshot-dir")), "packages", "layers")
+	des, _ := os.ReadDir(layers)
+	for _, e := range des {
+		p := filepath.Join(layers, e.Name())
+		filepath.WalkDir(p, func(q string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				os.Chmod(q, 0o700)
+			}
+			return nil
+		})
+		os.RemoveAll(p)
+	}
+	if res := runPy(t, c, "import sp_big; print(sp_big.X)"); !strings.Contains(res.Stdout, "big") {
+		t.Fatalf("the layer was not rebuilt from a trimmed cache: %+v", res)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandpit-dev/sandpit/internal/pypi/pypitest"
 	"github.com/sandpit-dev/sandpit/mcp"
 )
 
@@ -130,7 +131,17 @@ func firstRun(t *testing.T, c *client.Client) mcp.RunCodeResult {
 
 func TestVMRootless(t *testing.T) {
 	vmSuite(t, "rootless")
-	c, ws := startServeScript(t)
+	// A package index on the guest's loopback (rootlesskit shares the
+	// guest's network; the sandboxes never see it): packages work rootless.
+	ix, err := pypitest.NewIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	if err := ix.AddWheel("sp-vm", "1.0", nil, map[string][]byte{"sp_vm.py": []byte("X = 'from the layer'\n")}); err != nil {
+		t.Fatal(err)
+	}
+	c, ws := startServeScript(t, "--package-source", "python="+ix.URL())
 	first := firstRun(t, c)
 	if first.Stdout != "42\n" || first.Status != "success" {
 		t.Fatalf("python: status %s stdout %q stderr %q", first.Status, first.Stdout, first.Stderr)
@@ -244,6 +255,16 @@ except OSError as e:
 		r := run(t, map[string]any{"language": "bash", "code": "echo x > /usr/x"})
 		if r.Status != "error" || !strings.Contains(r.Stderr, "Read-only file system") {
 			t.Errorf("status %s stderr %q", r.Status, r.Stderr)
+		}
+	})
+	t.Run("packages", func(t *testing.T) {
+		res := call(t, c, "install_packages", map[string]any{"language": "python", "packages": []string{"sp-vm==1.0"}})
+		if res.IsError {
+			t.Fatalf("install_packages: %s", text(res))
+		}
+		r := run(t, map[string]any{"language": "python", "code": "import sp_vm; print(sp_vm.X)\nopen('/opt/sandpit/env/python/sp_vm.py', 'a')"})
+		if !strings.Contains(r.Stdout, "from the layer") || !strings.Contains(r.Stderr, "Read-only file system") && !strings.Contains(r.Stderr, "Permission denied") {
+			t.Errorf("status %s stdout %q stderr %q: want the import, and the layer not writable", r.Status, r.Stdout, r.Stderr)
 		}
 	})
 	t.Run("workspace and file tools", func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -217,7 +218,39 @@ func (m *Manager) commit(b *build, res *sandpit.Result) error {
 		return fmt.Errorf("packages: %w", err)
 	}
 	m.gcLayers(filepath.Base(dst))
+	m.trimCache()
 	return nil
+}
+
+// cacheTrims keeps cache GCs at most one a minute per cache directory,
+// whichever workspace's install asks: a GC walks every entry.
+var cacheTrims = struct {
+	sync.Mutex
+	last map[string]time.Time
+}{last: map[string]time.Time{}}
+
+// trimCache bounds the shared artifact cache, in the background: an
+// entry removed under a later install is fetched again, verified.
+func (m *Manager) trimCache() {
+	max := m.cfg.MaxCacheBytes
+	if max <= 0 {
+		return
+	}
+	dir := m.cfg.Cache.Dir()
+	cacheTrims.Lock()
+	if time.Since(cacheTrims.last[dir]) < time.Minute {
+		cacheTrims.Unlock()
+		return
+	}
+	cacheTrims.last[dir] = time.Now()
+	cacheTrims.Unlock()
+	go func() {
+		if res, err := m.cfg.Cache.GC(max); err != nil {
+			m.cfg.Logger.Warn("package cache not trimmed", "err", err)
+		} else if res.Removed > 0 {
+			m.cfg.Logger.Info("package cache trimmed", "removed", res.Removed, "removed_bytes", res.RemovedBytes, "kept_bytes", res.KeptBytes)
+		}
+	}()
 }
 
 func lastLines(s string, n int) string {

@@ -108,8 +108,11 @@ type Config struct {
 	MaxSpecs         int
 	MaxLayerBytes    int64
 	MaxWorkspaceDisk int64
-	InstallTimeout   time.Duration
-	Logger           *slog.Logger
+	// MaxCacheBytes bounds the shared artifact cache: after an install it
+	// is trimmed (least recently used first) to this; 0: never.
+	MaxCacheBytes  int64
+	InstallTimeout time.Duration
+	Logger         *slog.Logger
 }
 
 // Manager keeps one workspace's layers.
