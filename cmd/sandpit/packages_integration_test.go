@@ -62,6 +62,28 @@ func runPy(t *testing.T, c *client.Client, code string, extra ...string) mcp.Run
 	return runResult(t, call(t, c, "run_code", args))
 }
 
+// spextC is a CPython extension module written without Python.h (the
+// images lack python3-dev): the stable-ABI declarations it uses.
+const spextC = `typedef long Py_ssize_t;
+typedef struct _object { Py_ssize_t ob_refcnt; void *ob_type; } PyObject;
+typedef PyObject *(*PyCFunction)(PyObject *, PyObject *);
+typedef struct { const char *ml_name; PyCFunction ml_meth; int ml_flags; const char *ml_doc; } PyMethodDef;
+typedef struct { PyObject ob_base; PyObject *(*m_init)(void); Py_ssize_t m_index; PyObject *m_copy; } PyModuleDef_Base;
+typedef struct { PyModuleDef_Base m_base; const char *m_name; const char *m_doc; Py_ssize_t m_size;
+  PyMethodDef *m_methods; void *m_slots; void *m_traverse; void *m_clear; void *m_free; } PyModuleDef;
+extern int PyArg_ParseTuple(PyObject *, const char *, ...);
+extern PyObject *PyLong_FromLong(long);
+extern PyObject *PyModule_Create2(PyModuleDef *, int);
+static PyObject *add(PyObject *self, PyObject *args) {
+  long a, b;
+  if (!PyArg_ParseTuple(args, "ll", &a, &b)) return 0;
+  return PyLong_FromLong(a + b);
+}
+static PyMethodDef methods[] = {{"add", add, 1, "a + b"}, {0, 0, 0, 0}};
+static PyModuleDef def = {{{1, 0}, 0, 0, 0}, "spext", 0, -1, methods, 0, 0, 0, 0};
+PyObject *PyInit_spext(void) { return PyModule_Create2(&def, 1013); }
+`
+
 // TestPackagesOverMCP: install_packages against a local index, end to
 // end: the layer is importable in runs and sessions, recorded in
 // sandpit.lock, undone with the run that wrote it, rebuilt by a fresh
@@ -94,19 +116,28 @@ func TestPackagesOverMCP(t *testing.T) {
 		t.Fatalf("importable before any install: %+v", res)
 	}
 
-	// A compiled library the layer's package loads with ctypes: built in
-	// a sandbox of the toolchain image, so the layer must be executable.
-	so := runResult(t, call(t, c, "run_code", map[string]any{"language": "bash", "code": "printf 'int sp_add(int a, int b) { return a + b; }\\n' > /tmp/a.c && gcc -shared -fPIC -O2 -o libspnative.so /tmp/a.c && echo built"}))
-	if !strings.Contains(so.Stdout, "built") {
-		t.Fatalf("build the shared library: %+v", so)
+	// A CPython extension module compiled in a sandbox of the image (which
+	// has no Python.h: spextC declares the stable-ABI calls it makes); the
+	// layer must be executable for the interpreter to load it.
+	if w := call(t, c, "write_file", map[string]any{"path": "spext.c", "content": spextC}); w.IsError {
+		t.Fatal(text(w))
 	}
-	lib, err := os.ReadFile(filepath.Join(ws, "libspnative.so"))
+	so := runResult(t, call(t, c, "run_code", map[string]any{"language": "bash", "code": "gcc -shared -fPIC -O2 -o spext.abi3.so spext.c && echo built"}))
+	if !strings.Contains(so.Stdout, "built") {
+		t.Fatalf("build the extension: %+v", so)
+	}
+	lib, err := os.ReadFile(filepath.Join(ws, "spext.abi3.so"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, f := range []string{"spext.abi3.so", "spext.c"} { // importable from the layer only
+		if d := call(t, c, "delete_file", map[string]any{"path": f}); d.IsError {
+			t.Fatal(text(d))
+		}
+	}
 	add("sp-native", "1.0", nil, map[string][]byte{
-		"sp_native/__init__.py":    []byte("import ctypes, os\n_lib = ctypes.CDLL(os.path.join(os.path.dirname(__file__), 'libspnative.so'))\ndef add(a, b):\n    return _lib.sp_add(a, b)\n"),
-		"sp_native/libspnative.so": lib,
+		"sp_native/__init__.py": []byte("from spext import add\n"),
+		"spext.abi3.so":         lib,
 	}, "")
 
 	// Install: a good requirement with a dependency; two refused ones.
