@@ -20,6 +20,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/auth"
+	"github.com/sandpit-dev/sandpit/internal/packages"
 	"github.com/sandpit-dev/sandpit/mcp"
 	"github.com/sandpit-dev/sandpit/store/history"
 	"github.com/sandpit-dev/sandpit/store/snapshot"
@@ -830,5 +831,50 @@ func TestOperatorNamesAreCheap(t *testing.T) {
 	}
 	if r, _ := get(t, http.DefaultClient, srv.URL+"/runs?tenant=carol", "Authorization", "Bearer tok-b"); r.StatusCode != http.StatusNotFound {
 		t.Errorf("a tenant not in the names: %s", r.Status)
+	}
+}
+
+// TestWorkspacePackages: the workspace's root lists the package layer its
+// sandpit.lock records (requested or a dependency), says when there is
+// none, and shows a lock that cannot be read as such, escaped.
+func TestWorkspacePackages(t *testing.T) {
+	f := newFixture(t)
+	page := func() string {
+		t.Helper()
+		_, body := get(t, http.DefaultClient, f.srv.URL+"/workspace", "Authorization", "Bearer tok-a")
+		return body
+	}
+	if body := page(); !strings.Contains(body, `id="no-packages"`) {
+		t.Fatalf("no lock: %s", body)
+	}
+	sum := strings.Repeat("ab", 32)
+	lock := packages.Lock{Version: packages.LockVersion,
+		Requested: packages.Requested{Python: []string{"sp-greet==1.0"}},
+		Python: []packages.PyEntry{
+			{Name: "sp-greet", Version: "1.0", Filename: "sp_greet-1.0-py3-none-any.whl", URL: "https://idx.example/f/sp_greet-1.0-py3-none-any.whl", SHA256: sum, Size: 1000},
+			{Name: "sp-util", Version: "2.0", Filename: "sp_util-2.0-py3-none-any.whl", URL: "https://idx.example/f/sp_util-2.0-py3-none-any.whl", SHA256: sum, Size: 2000},
+		}}
+	if _, err := f.ws["alice"].Write(t.Context(), packages.LockFile, lock.Marshal()); err != nil {
+		t.Fatal(err)
+	}
+	body := page()
+	for _, want := range []string{`id="packages"`, "<td>sp-greet</td><td>1.0</td><td>requested</td>", "<td>sp-util</td><td>2.0</td><td>a dependency</td>", sum} {
+		if !strings.Contains(body, want) {
+			t.Errorf("packages table lacks %q", want)
+		}
+	}
+	if _, err := f.ws["alice"].Write(t.Context(), packages.LockFile, []byte(`{"version": 1, "python": [{"name": "<script>"}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	body = page()
+	if !strings.Contains(body, `id="packages-error"`) || strings.Contains(body, "<script>") {
+		t.Errorf("a broken lock: %s", body)
+	}
+	// Another directory than the root has no packages section.
+	if _, err := f.ws["alice"].Write(t.Context(), "sub/x.txt", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, body := get(t, http.DefaultClient, f.srv.URL+"/workspace?path=sub", "Authorization", "Bearer tok-a"); strings.Contains(body, "packages-heading") {
+		t.Error("a subdirectory shows the packages")
 	}
 }

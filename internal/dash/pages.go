@@ -2,6 +2,7 @@ package dash
 
 import (
 	"bytes"
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/packages"
 	"github.com/sandpit-dev/sandpit/mcp"
 	"github.com/sandpit-dev/sandpit/store/history"
 	"github.com/sandpit-dev/sandpit/store/snapshot"
@@ -326,6 +328,10 @@ type wsData struct {
 	Crumbs  []crumb
 	Entries []wsEntry
 	More    bool
+	// At the workspace's root: its package layer, as sandpit.lock says.
+	Root        bool
+	Packages    []packages.Package
+	PackagesErr string
 }
 
 type crumb struct{ Name, Path string }
@@ -392,7 +398,31 @@ func (d *Dash) workspacePage(w http.ResponseWriter, r *http.Request, v *viewer) 
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
+	if p == "" {
+		wd.Root = true
+		wd.Packages, wd.PackagesErr = workspacePackages(r.Context(), v.t.Files)
+	}
 	d.render(w, r, http.StatusOK, "workspace", v, wd)
+}
+
+// workspacePackages reads the workspace's package layer from its lock:
+// what agents installed is what a person most wants to see of a supply.
+func workspacePackages(ctx context.Context, f Files) ([]packages.Package, string) {
+	c, err := f.Read(ctx, packages.LockFile, 0, packages.MaxLockBytes)
+	if errors.Is(err, sandpit.ErrNotFound) {
+		return nil, ""
+	}
+	if err != nil {
+		return nil, err.Error()
+	}
+	if !c.EOF {
+		return nil, packages.LockFile + " is over the size a lock may have"
+	}
+	l, err := packages.ParseLockOrEmpty(c.Data)
+	if err != nil {
+		return nil, err.Error()
+	}
+	return l.Packages(), ""
 }
 
 func (d *Dash) fileError(w http.ResponseWriter, r *http.Request, v *viewer, p string, err error) {

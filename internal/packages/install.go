@@ -278,10 +278,10 @@ func (m *Manager) planJS(ctx context.Context, in *Install, next *Lock, op Op, ha
 func (in *Install) diff(old, next *Lock) {
 	key := func(p Package) string { return p.Language + " " + p.Path + " " + p.Name }
 	before := map[string]Package{}
-	for _, p := range old.packages() {
+	for _, p := range old.Packages() {
 		before[key(p)] = p
 	}
-	for _, p := range next.packages() {
+	for _, p := range next.Packages() {
 		b, ok := before[key(p)]
 		delete(before, key(p))
 		if ok && b.SHA256 == p.SHA256 {
@@ -290,7 +290,7 @@ func (in *Install) diff(old, next *Lock) {
 			in.Installed = append(in.Installed, p)
 		}
 	}
-	for _, p := range old.packages() {
+	for _, p := range old.Packages() {
 		if _, ok := before[key(p)]; ok {
 			in.Removed = append(in.Removed, p)
 		}

@@ -309,10 +309,11 @@ func (m *Manager) List(text []byte) ([]Package, error) {
 	if err != nil || l == nil {
 		return nil, err
 	}
-	return l.packages(), nil
+	return l.Packages(), nil
 }
 
-func (l *Lock) packages() []Package {
+// Packages are what the lock installs, each marked requested or a dependency.
+func (l *Lock) Packages() []Package {
 	req := map[string]bool{}
 	for _, r := range l.Requested.Python {
 		if q, err := pypi.ParseRequirement(r); err == nil {
