@@ -9,6 +9,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
+	"github.com/sandpit-dev/sandpit/internal/packages"
 	"github.com/sandpit-dev/sandpit/internal/testbrowser"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
@@ -202,10 +203,21 @@ func TestDashboardBrowser(t *testing.T) {
 	}
 	a.Screenshot(t, "run-hostile")
 
-	// The workspace and a file's preview.
+	// The workspace and a file's preview, with the packages its lock
+	// records (written here, after the snapshot: the restore below takes
+	// it away before any later run would look for its layer).
+	lock := packages.Lock{Version: packages.LockVersion, Requested: packages.Requested{Python: []string{"sp-greet==1.0"}},
+		Python: []packages.PyEntry{{Name: "sp-greet", Version: "1.0", Filename: "sp_greet-1.0-py3-none-any.whl",
+			URL: "https://idx.example/f/sp_greet-1.0-py3-none-any.whl", SHA256: strings.Repeat("ab", 32), Size: 1000}}}
+	if r := call(t, alice, "write_file", map[string]any{"path": packages.LockFile, "content": string(lock.Marshal())}); r.IsError {
+		t.Fatal(text(r))
+	}
 	a.Do(t, "workspace", chromedp.Navigate(srv.base+"/workspace"), chromedp.WaitVisible(chromedp.ID("entries")))
 	if ws := a.Text(t, "#entries"); !strings.Contains(ws, "later.txt") || !strings.Contains(ws, "plot.png") {
 		t.Errorf("workspace listing: %q", ws)
+	}
+	if pk := a.Text(t, "#packages"); !strings.Contains(pk, "sp-greet") || !strings.Contains(pk, "requested") {
+		t.Errorf("workspace packages: %q", pk)
 	}
 	a.Screenshot(t, "workspace")
 	audit(t, a, "workspace")
