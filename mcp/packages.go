@@ -17,7 +17,9 @@ import (
 // implements it.
 type Packages interface {
 	Configured(language string) bool
-	Layer(ctx context.Context, lock []byte) (string, error)
+	// Layer is the layer's host dir for a lock ("" for none), held until
+	// release.
+	Layer(ctx context.Context, lock []byte) (dir string, release func(), err error)
 	Plan(ctx context.Context, op packages.Op, readLock func(context.Context) ([]byte, error)) (*packages.Install, error)
 	List(lock []byte) ([]packages.Package, error)
 }
@@ -51,9 +53,11 @@ func (l *layeredRunner) Run(ctx context.Context, req sandpit.Request) (*sandpit.
 		if err != nil {
 			return nil, err
 		}
-		if req.Env, err = l.cfg.Packages.Layer(ctx, text); err != nil {
+		var release func()
+		if req.Env, release, err = l.cfg.Packages.Layer(ctx, text); err != nil {
 			return nil, err
 		}
+		defer release()
 	}
 	return l.Runner.Run(ctx, req)
 }

@@ -41,9 +41,9 @@ func (fakeWorkspace) Open(context.Context, string) (sandpit.View, error) {
 
 type fakePackages struct{}
 
-func (fakePackages) Configured(string) bool                        { return false }
-func (fakePackages) Layer(context.Context, []byte) (string, error) { return "", nil }
-func (fakePackages) List([]byte) ([]packages.Package, error)       { return nil, nil }
+func (fakePackages) Configured(string) bool                                { return false }
+func (fakePackages) Layer(context.Context, []byte) (string, func(), error) { return "", func() {}, nil }
+func (fakePackages) List([]byte) ([]packages.Package, error)               { return nil, nil }
 func (fakePackages) Plan(context.Context, packages.Op, func(context.Context) ([]byte, error)) (*packages.Install, error) {
 	return nil, errors.New("fake")
 }

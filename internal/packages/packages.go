@@ -122,6 +122,7 @@ type Manager struct {
 
 	mu     sync.Mutex
 	parsed map[string]parsedLock // lock text → parsed, for the run path
+	inUse  map[string]int        // layer dir → runs holding it (Layer's release)
 }
 
 type parsedLock struct {
@@ -156,7 +157,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	// The layers dir must be reachable for the bind mount's source only by
 	// the host; 0700 keeps other host users out.
-	m := &Manager{cfg: cfg, turn: make(chan struct{}, 1), parsed: map[string]parsedLock{}}
+	m := &Manager{cfg: cfg, turn: make(chan struct{}, 1), parsed: map[string]parsedLock{}, inUse: map[string]int{}}
 	m.sweepBuilds()
 	return m, nil
 }
@@ -225,44 +226,69 @@ func (m *Manager) layerDir(digest string) string {
 // Layer returns the host directory of the layer lock text describes
 // ("" when there is no lock or it installs nothing), building it when it
 // is missing. A lock that cannot be built is an error whose text says
-// what to do.
-func (m *Manager) Layer(ctx context.Context, text []byte) (string, error) {
+// what to do. The layer is held until release is called (the run that
+// mounts it ended): the layers GC never removes a held one.
+func (m *Manager) Layer(ctx context.Context, text []byte) (dir string, release func(), err error) {
 	l, digest, err := m.lockOf(text)
 	if err != nil || l.Empty() {
-		return "", err
+		return "", func() {}, err
 	}
-	dir := m.layerDir(digest)
-	if st, err := os.Stat(dir); err == nil && st.IsDir() {
-		if now := time.Now(); now.Sub(st.ModTime()) > time.Minute {
-			os.Chtimes(dir, now, now) // the layers GC keeps the recently used
-		}
-		return dir, nil
+	dir = m.layerDir(digest)
+	if release, ok := m.hold(dir); ok {
+		return dir, release, nil
 	}
 	if err := m.take(ctx); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	defer m.give()
-	if _, err := os.Stat(dir); err == nil {
-		return dir, nil // built while this waited
+	if release, ok := m.hold(dir); ok {
+		return dir, release, nil // built while this waited
 	}
 	if err := m.checkLock(l); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	b, err := m.prepare(ctx, l, nil)
 	if err != nil {
-		return "", fmt.Errorf("build the package layer of %s: %w", LockFile, err)
+		return "", nil, fmt.Errorf("build the package layer of %s: %w", LockFile, err)
 	}
 	defer b.cleanup()
 	req := b.request(nil)
 	res, err := m.cfg.Run(ctx, req)
 	if err != nil {
-		return "", fmt.Errorf("build the package layer of %s: %w", LockFile, err)
+		return "", nil, fmt.Errorf("build the package layer of %s: %w", LockFile, err)
 	}
 	if err := m.commit(b, res); err != nil {
-		return "", fmt.Errorf("build the package layer of %s: %w", LockFile, err)
+		return "", nil, fmt.Errorf("build the package layer of %s: %w", LockFile, err)
 	}
-	m.cfg.Logger.Info("package layer rebuilt from the lock", "digest", l.Digest(), "python", len(l.Python), "javascript", len(l.JavaScript))
-	return dir, nil
+	m.cfg.Logger.Info("package layer rebuilt from the lock", "digest", digest, "python", len(l.Python), "javascript", len(l.JavaScript))
+	if release, ok := m.hold(dir); ok {
+		return dir, release, nil
+	}
+	return "", nil, fmt.Errorf("package layer %s is gone right after it was built", digest)
+}
+
+// hold marks dir in use when it exists, as one step against the GC.
+func (m *Manager) hold(dir string) (release func(), ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st, err := os.Stat(dir)
+	if err != nil || !st.IsDir() {
+		return nil, false
+	}
+	if now := time.Now(); now.Sub(st.ModTime()) > time.Minute {
+		os.Chtimes(dir, now, now) // the layers GC keeps the recently used
+	}
+	m.inUse[dir]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if m.inUse[dir]--; m.inUse[dir] <= 0 {
+				delete(m.inUse, dir)
+			}
+		})
+	}, true
 }
 
 // checkLock holds an existing lock's entries to the policy and sources.
@@ -374,7 +400,21 @@ func (m *Manager) gcLayers(current string) {
 			total += e.size
 			continue
 		}
-		removeLayer(filepath.Join(root, e.name))
+		m.removeUnheld(root, e.name)
+	}
+}
+
+// removeUnheld removes layer name unless a run holds it: moved out of
+// layers/ under the lock hold takes, so no run can take it after.
+func (m *Manager) removeUnheld(root, name string) {
+	dir := filepath.Join(root, name)
+	trash := filepath.Join(m.cfg.Dir, "builds", "gc-"+name)
+	m.mu.Lock()
+	held := m.inUse[dir] > 0
+	moved := !held && os.Rename(dir, trash) == nil
+	m.mu.Unlock()
+	if moved {
+		removeLayer(trash)
 	}
 }
 
