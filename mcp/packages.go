@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
@@ -269,4 +270,44 @@ func packagesText(r PackagesResult) string {
 		fmt.Fprintf(&b, "recorded in %s by run %s (undo_last_run reverts it); later runs and sessions import these read-only\n", r.Lock, r.RunID)
 	}
 	return b.String()
+}
+
+var (
+	pyMissingRE   = regexp.MustCompile(`ModuleNotFoundError: No module named '([A-Za-z0-9_.]{1,200})'`)
+	nodeMissingRE = regexp.MustCompile(`Cannot find module '([^'\s]{1,214})'`)
+)
+
+// missingPackageHint tells an agent whose run failed on a module that is
+// not there how to add it, when this server installs that language's
+// packages: the first wall an agent hits, turned into its next step.
+func (cfg Config) missingPackageHint(language, stderr string) string {
+	if cfg.Packages == nil {
+		return ""
+	}
+	var lang, name string
+	switch language {
+	case packages.Python:
+		m := pyMissingRE.FindStringSubmatch(stderr)
+		if m == nil {
+			return ""
+		}
+		lang, name = packages.Python, strings.SplitN(m[1], ".", 2)[0]
+	case packages.JavaScript:
+		m := nodeMissingRE.FindStringSubmatch(stderr)
+		if m == nil || strings.HasPrefix(m[1], ".") || strings.HasPrefix(m[1], "/") || strings.HasPrefix(m[1], "node:") {
+			return ""
+		}
+		parts := strings.Split(m[1], "/")
+		name = parts[0]
+		if strings.HasPrefix(name, "@") && len(parts) > 1 {
+			name += "/" + parts[1]
+		}
+		lang = packages.JavaScript
+	default:
+		return ""
+	}
+	if !cfg.Packages.Configured(lang) {
+		return ""
+	}
+	return fmt.Sprintf("note: %q is not installed; install_packages(language=%q, packages=[%q]) can add it from the operator's package source (the package's name may differ from the module's), and later runs import it", name, lang, name)
 }

@@ -92,6 +92,9 @@ func runCodeTool(cfg Config) (mcpgo.Tool, server.ToolHandlerFunc) {
 		out := toRunCodeResult(res)
 		text := formatRun(out)
 		blocks, notes := cfg.runContent(ctx, res.Files)
+		if h := cfg.missingPackageHint(res.Language, res.Stderr); h != "" && res.Status == sandpit.StatusError {
+			notes = append(notes, h)
+		}
 		for _, n := range notes {
 			text += n + "\n"
 		}

@@ -115,6 +115,9 @@ func TestPackagesOverMCP(t *testing.T) {
 	if res := runPy(t, c, "import sp_greet"); !strings.Contains(res.Stderr, "ModuleNotFoundError") {
 		t.Fatalf("importable before any install: %+v", res)
 	}
+	if r := call(t, c, "run_code", map[string]any{"language": "python", "code": "import sp_greet"}); !strings.Contains(text(r), `install_packages(language="python", packages=["sp_greet"])`) {
+		t.Errorf("a missing module's run does not say how to install it: %s", text(r))
+	}
 
 	// A CPython extension module compiled in a sandbox of the image (which
 	// has no Python.h: spextC declares the stable-ABI calls it makes); the
