@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/packages"
 )
 
@@ -49,5 +50,26 @@ func TestMissingPackageHint(t *testing.T) {
 				t.Errorf("hint = %q, want one with %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestSecureScriptPromptPackages: the prompt says packages come through
+// install_packages where the server offers them, and that nothing can be
+// installed where it does not.
+func TestSecureScriptPromptPackages(t *testing.T) {
+	langs := []sandpit.Language{{Name: "python", Version: "3.11"}, {Name: "javascript", Version: "18"}}
+	s := StatusReport{Languages: langs, Libraries: map[string][]string{"python": {"numpy 1.24"}}, Packages: []string{"python"}}
+	got := secureScriptPrompt(s, "task", "")
+	for _, want := range []string{"numpy 1.24; more only through the install_packages tool", "the program itself cannot install packages"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("prompt with python packages lacks %q:\n%s", want, got)
+		}
+	}
+	if !strings.Contains(got, "javascript 18; nothing beyond what the image ships, and nothing can be installed") {
+		t.Errorf("javascript is not offered, yet:\n%s", got)
+	}
+	s.Packages = nil
+	if got := secureScriptPrompt(s, "task", ""); strings.Contains(got, "install_packages") || !strings.Contains(got, "(nothing else can be installed)") {
+		t.Errorf("no packages offered:\n%s", got)
 	}
 }

@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
@@ -79,16 +80,26 @@ func secureScriptPrompt(s StatusReport, task, lang string) string {
 		if l.Description != "" {
 			fmt.Fprintf(&b, ": %s", l.Description)
 		}
-		if libs := s.Libraries[l.Name]; len(libs) > 0 {
+		installable := slices.Contains(s.Packages, l.Name)
+		switch libs := s.Libraries[l.Name]; {
+		case len(libs) > 0 && installable:
+			fmt.Fprintf(&b, "; it can import, beyond the standard library: %s; more only through the install_packages tool (before the run, from the operator's package source)", strings.Join(libs, ", "))
+		case len(libs) > 0:
 			fmt.Fprintf(&b, "; it can import, beyond the standard library: %s (nothing else can be installed)", strings.Join(libs, ", "))
-		} else {
+		case installable:
+			b.WriteString("; packages only through the install_packages tool (before the run, from the operator's package source)")
+		default:
 			b.WriteString("; nothing beyond what the image ships, and nothing can be installed")
 		}
 		b.WriteString("\n")
 	}
 
 	b.WriteString("\nIsolation:\n")
-	b.WriteString("- No network at all: no downloads, no package installs, no DNS, no sockets to other hosts. Everything must be computed locally or read from files.\n")
+	if len(s.Packages) > 0 {
+		b.WriteString("- No network at all: no downloads, no DNS, no sockets to other hosts; the program itself cannot install packages (pip and npm have no network): install_packages does that before the run. Everything else must be computed locally or read from files.\n")
+	} else {
+		b.WriteString("- No network at all: no downloads, no package installs, no DNS, no sockets to other hosts. Everything must be computed locally or read from files.\n")
+	}
 	b.WriteString("- The root filesystem is read-only; write scratch files under /tmp")
 	if l := s.Limits; l != nil && l.TmpfsBytes > 0 {
 		fmt.Fprintf(&b, " (a tmpfs of %s, counted against memory)", bytesText(l.TmpfsBytes))

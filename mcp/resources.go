@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/logring"
+	"github.com/sandpit-dev/sandpit/internal/packages"
 )
 
 // LogSource hands out the server's recent log records. *logring.Ring implements it.
@@ -47,6 +48,9 @@ type StatusReport struct {
 	DefaultTimeoutSeconds float64            `json:"default_timeout_seconds"`
 	MaxTimeoutSeconds     float64            `json:"max_timeout_seconds"`
 	MaxCodeBytes          int                `json:"max_code_bytes"`
+	// Packages are the languages install_packages offers (from the
+	// operator's sources; the sandboxes still have no network).
+	Packages []string `json:"packages,omitempty"`
 }
 
 // status is the report with the server's own fields filled in.
@@ -74,6 +78,13 @@ func (cfg Config) status(ctx context.Context) StatusReport {
 	}
 	if cfg.Workspace != nil {
 		s.Workspace = sandpit.WorkspaceDir
+	}
+	if cfg.Packages != nil {
+		for _, l := range []string{packages.Python, packages.JavaScript} {
+			if cfg.Packages.Configured(l) {
+				s.Packages = append(s.Packages, l)
+			}
+		}
 	}
 	return s
 }
