@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/client"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
@@ -410,5 +412,46 @@ func TestPackagesCacheBounded(t *testing.T) {
 	}
 	if res := runPy(t, c, "import sp_big; print(sp_big.X)"); !strings.Contains(res.Stdout, "big") {
 		t.Fatalf("the layer was not rebuilt from a trimmed cache: %+v", res)
+	}
+}
+
+// TestPackagesCancelledInstall: an install whose client goes away while a
+// download stalls changes nothing and leaves nothing: no lock, no build
+// dirs, no partial download in the cache; the next install works.
+func TestPackagesCancelledInstall(t *testing.T) {
+	ix := newWheelIndex(t)
+	fn, data := testWheel(t, "sp-slow", "1.0", nil, map[string][]byte{"sp_slow.py": []byte("X = 'slow'\n")})
+	ix.Add("sp-slow", fn, data, "")
+	ix.Stall(fn)
+	cache := filepath.Join(t.TempDir(), "cache")
+	args := append(serverArgs(t), "--package-source", "python="+ix.URL(), "--package-cache", cache)
+	c := startServer(t, nil, args...)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	var req mcpgo.CallToolRequest
+	req.Params.Name = "install_packages"
+	req.Params.Arguments = map[string]any{"language": "python", "packages": []string{"sp-slow"}}
+	if res, err := c.CallTool(ctx, req); err == nil && !res.IsError {
+		t.Fatalf("an install with a stalled download succeeded: %s", text(res))
+	}
+	builds := filepath.Join(filepath.Dir(flagValue(args, "snapshot-dir")), "packages", "builds")
+	nothingLeft := func() bool {
+		b, _ := os.ReadDir(builds)
+		tmp, _ := os.ReadDir(filepath.Join(cache, "tmp"))
+		sums, _ := os.ReadDir(filepath.Join(cache, "sha256"))
+		return len(b) == 0 && len(tmp) == 0 && len(sums) == 0
+	}
+	if !testenv.Poll(testenv.Patience, nothingLeft) {
+		b, _ := os.ReadDir(builds)
+		tmp, _ := os.ReadDir(filepath.Join(cache, "tmp"))
+		t.Fatalf("a cancelled install left builds %v, partial downloads %v", b, tmp)
+	}
+	if _, err := os.Stat(filepath.Join(flagValue(args, "workspace"), "sandpit.lock")); err == nil {
+		t.Fatal("a cancelled install wrote a lock")
+	}
+	ix.Release(fn)
+	packagesResult(t, call(t, c, "install_packages", map[string]any{"language": "python", "packages": []string{"sp-slow"}}))
+	if res := runPy(t, c, "import sp_slow; print(sp_slow.X)"); !strings.Contains(res.Stdout, "slow") {
+		t.Fatalf("after the cancelled install: %+v", res)
 	}
 }

@@ -25,6 +25,7 @@ type Index struct {
 	mu    sync.Mutex
 	files map[string][]file // project → files
 	blobs map[string][]byte // filename → bytes
+	stall map[string]chan struct{}
 }
 
 type file struct {
@@ -40,7 +41,7 @@ func NewIndex() (*Index, error) {
 	if err != nil {
 		return nil, err
 	}
-	ix := &Index{ln: ln, files: map[string][]file{}, blobs: map[string][]byte{}}
+	ix := &Index{ln: ln, files: map[string][]file{}, blobs: map[string][]byte{}, stall: map[string]chan struct{}{}}
 	ix.srv = &http.Server{Handler: http.HandlerFunc(ix.serve)}
 	go ix.srv.Serve(ln)
 	return ix, nil
@@ -66,9 +67,24 @@ func (ix *Index) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/vnd.pypi.simple.v1+json")
 		json.NewEncoder(w).Encode(map[string]any{"meta": map[string]string{"api-version": "1.1"}, "name": name, "files": files})
 	case strings.HasPrefix(r.URL.Path, "/files/"):
-		b, ok := ix.blobs[strings.TrimPrefix(r.URL.Path, "/files/")]
+		name := strings.TrimPrefix(r.URL.Path, "/files/")
+		b, ok := ix.blobs[name]
 		if !ok {
 			http.NotFound(w, r)
+			return
+		}
+		if ch := ix.stall[name]; ch != nil {
+			// Half the file, then nothing until Release or the client
+			// goes: an index that answers slowly.
+			w.Header().Set("Content-Length", fmt.Sprint(len(b)))
+			w.Write(b[:len(b)/2])
+			w.(http.Flusher).Flush()
+			ix.mu.Unlock()
+			select {
+			case <-ch:
+			case <-r.Context().Done():
+			}
+			ix.mu.Lock()
 			return
 		}
 		w.Write(b)
@@ -88,6 +104,24 @@ func (ix *Index) Add(project, filename string, data []byte, published string) {
 	}
 	ix.files[project] = append(ix.files[project], file{Filename: filename, URL: "../../files/" + filename, Hashes: map[string]string{"sha256": published}, Size: len(data)})
 	ix.blobs[filename] = data
+}
+
+// Stall makes downloads of filename send half the file and then wait
+// until Release (or the client gives up).
+func (ix *Index) Stall(filename string) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.stall[filename] = make(chan struct{})
+}
+
+// Release ends Stall of filename.
+func (ix *Index) Release(filename string) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if ch := ix.stall[filename]; ch != nil {
+		close(ch)
+		delete(ix.stall, filename)
+	}
 }
 
 // AddWheel builds a wheel (see Wheel) and serves it.
