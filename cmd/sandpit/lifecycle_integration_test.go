@@ -500,6 +500,27 @@ func TestLifecycleSIGTERM(t *testing.T) {
 	}
 }
 
+// A client that closes stdin and then signals (mcp-go's Close sends SIGTERM
+// 2 s after it closes stdin): the signal during the release must not kill
+// the server with its sandboxes left; it finishes releasing and exits 0.
+func TestLifecycleSIGTERMWhileReleasing(t *testing.T) {
+	s := newLifecycleStore(t)
+	a, _ := s.start(t, "--pool=2")
+	ia := a.instanceOf(t)
+	a.runAsync(t, map[string]any{"language": "python", "code": "import time\ntime.sleep(40)", "timeout_seconds": 60})
+	waitRunning(t, s, ia)
+	a.stdin.Close()
+	if !testenv.Poll(testenv.Patience, func() bool { return strings.Contains(a.stderr.String(), "stdio closed; releasing sandboxes") }) {
+		t.Fatalf("the server never began releasing:\n%s", a.stderr.String())
+	}
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	a.waitExit(t, 30*time.Second)
+	if a.err != nil {
+		t.Errorf("a SIGTERM while releasing: exit %v, want status 0 with everything released", a.err)
+	}
+	assertNothingLeft(t, s, ia, 10*time.Second)
+}
+
 // After kill -9 of its server, a run still dies at its own deadline: the
 // sandbox's init enforces it.
 func TestLifecycleRunDiesWithoutServer(t *testing.T) {

@@ -159,22 +159,20 @@ func serveCommand() *cli.Command {
 // SIGINT arrives. Then every in-flight call's context is cancelled (its
 // sandbox is killed and the run recorded as cancelled) and serveStdio
 // returns once the handlers are done, for the deferred closes to remove
-// the pool, views and run dirs. A second signal exits at once.
+// the pool, views and run dirs. The signals stay caught until the process
+// exits: a SIGTERM while those closes run (a client that closed stdin and
+// signals 2 s later, as mcp-go's does) lets them finish rather than kill
+// the server with its sandboxes left; a second signal exits at once.
 func serveStdio(ctx context.Context, s *server.MCPServer, workers, maxMessage int) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
 	go func() {
-		select {
-		case sig := <-sigs:
-			slog.Info("stopping: cancelling in-flight runs", "signal", sig.String())
-			cancel()
-		case <-ctx.Done():
-			return
-		}
 		sig := <-sigs
+		slog.Info("stopping: cancelling in-flight runs, then releasing sandboxes", "signal", sig.String())
+		cancel()
+		sig = <-sigs
 		slog.Warn("second signal: exiting now", "signal", sig.String())
 		os.Exit(1)
 	}()

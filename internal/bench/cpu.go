@@ -110,12 +110,15 @@ func (grp *Group) CPU() (time.Duration, error) {
 
 // EnterScript is a shell prefix that moves the shell into the group's
 // Procs in every hierarchy before it execs "$0" "$@".
-func (grp *Group) EnterScript() string {
+func (grp *Group) EnterScript() string { return grp.enter() + `exec "$0" "$@"` }
+
+// enter is the shell commands that move the shell into the group, each
+// followed by "&& ".
+func (grp *Group) enter() string {
 	var b strings.Builder
 	for _, h := range grp.g.all {
 		fmt.Fprintf(&b, "echo $$ > %s && ", strconv.Quote(filepath.Join(h, grp.Procs, "cgroup.procs")))
 	}
-	b.WriteString(`exec "$0" "$@"`)
 	return b.String()
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/images"
 	"github.com/sandpit-dev/sandpit/internal/host"
+	"github.com/sandpit-dev/sandpit/internal/instance"
 	"github.com/sandpit-dev/sandpit/mcp"
 	"github.com/sandpit-dev/sandpit/oci"
 	"github.com/sandpit-dev/sandpit/runtime"
@@ -496,19 +497,37 @@ func (b *suite) startServer(ctx context.Context, name string, extra []string, gr
 		"--history-db", filepath.Join(dir, "history.db"),
 	}
 	args = append(append(args, b.cfg.ServeArgs...), extra...)
-	command := b.cfg.ServeBinary
+	// mcp-go's Close sends SIGTERM 2 s after it closes the server's stdin
+	// and SIGKILL 3 s later; a loaded host's shutdown (every pooled sandbox
+	// destroyed, every view unmounted) takes longer, and a killed server
+	// leaves them behind. A shell in front takes the signals; the server,
+	// its stdin closed, shuts down as any client's EOF asks, and the
+	// closer below waits for it to release its instance.
+	script := `exec 3<&0; "$0" "$@" <&3 3<&- & trap '' TERM; wait`
 	if grp != nil {
-		// The server, its shims and its sandboxes in the server's cgroup;
-		// a shell puts the server there before it execs it.
+		// The server, its shims and its sandboxes in the server's cgroup:
+		// the shell enters it first.
 		args = append(args, "--cgroup-parent", grp.Sandboxes, "--shim-cgroup", grp.Procs)
-		args = append([]string{"-c", grp.EnterScript(), b.cfg.ServeBinary}, args...)
-		command = "/bin/sh"
+		script = grp.enter() + script
 	}
-	cl, err := client.NewStdioMCPClientWithOptions(command, os.Environ(), args, transport.WithCommandStderrWriter(os.Stderr))
+	args = append([]string{"-c", script, b.cfg.ServeBinary}, args...)
+	cl, err := client.NewStdioMCPClientWithOptions("/bin/sh", os.Environ(), args, transport.WithCommandStderrWriter(os.Stderr))
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	b.closers = append(b.closers, func(context.Context) error { return os.RemoveAll(dir) })
+	inst := b.instance(strings.TrimPrefix(name, "sandpit-"))
+	b.closers = append(b.closers, func(ctx context.Context) error {
+		// Runs after the client's Close (closers run in reverse).
+		for instance.Holder(filepath.Join(dir, "instances"), inst) != 0 {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s still holds its instance after its client closed: %w", name, ctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		return nil
+	})
 	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var init mcpgo.InitializeRequest
