@@ -10,9 +10,10 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/sandpit-dev/sandpit"
+
+	"github.com/sandpit-dev/sandpit/internal/artifact"
 )
 
 // TarLimits bound CheckTarball and ExtractTarball. Zero fields take the
@@ -28,8 +29,6 @@ type TarLimits struct {
 	// MaxFileBytes bounds the .tgz file itself; default 512 MiB.
 	MaxFileBytes int64
 }
-
-const maxEntryName = 1024 // bytes of an entry's name
 
 func (l TarLimits) entries() int    { return orDefault(l.MaxEntries, 50_000) }
 func (l TarLimits) bytes() int64    { return orDefault(l.MaxBytes, 512<<20) }
@@ -152,7 +151,7 @@ func (l TarLimits) walk(file string, visit func(name string, h *tar.Header, r io
 		if h.Linkname != "" {
 			return bad("entry %q names a link target", h.Name)
 		}
-		if err := checkEntryName(h.Name); err != nil {
+		if err := artifact.CheckEntryName(h.Name); err != nil {
 			return bad("entry %q: %v", h.Name, err)
 		}
 		clean := strings.TrimSuffix(h.Name, "/")
@@ -230,37 +229,6 @@ func (c *countReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	return n, err
-}
-
-func checkEntryName(n string) error {
-	switch {
-	case n == "" || n == "/":
-		return fmt.Errorf("an empty name")
-	case len(n) > maxEntryName:
-		return fmt.Errorf("a name over %d bytes", maxEntryName)
-	case !utf8.ValidString(n):
-		return fmt.Errorf("a name that is not UTF-8")
-	case strings.HasPrefix(n, "/"):
-		return fmt.Errorf("an absolute path")
-	case strings.Contains(n, `\`):
-		return fmt.Errorf("a backslash in the name")
-	case len(n) >= 2 && n[1] == ':':
-		return fmt.Errorf("a drive letter")
-	}
-	for _, r := range n {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return fmt.Errorf("a control character (%U)", r)
-		}
-	}
-	for c := range strings.SplitSeq(strings.TrimSuffix(n, "/"), "/") {
-		switch c {
-		case "":
-			return fmt.Errorf("an empty path component")
-		case ".", "..":
-			return fmt.Errorf("a %q path component", c)
-		}
-	}
-	return nil
 }
 
 // ExtractTarball checks the tarball at file as CheckTarball does and

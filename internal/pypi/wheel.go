@@ -17,9 +17,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/sandpit-dev/sandpit"
+
+	"github.com/sandpit-dev/sandpit/internal/artifact"
 )
 
 // WheelLimits bound CheckWheel. Zero fields take the defaults.
@@ -35,7 +36,6 @@ type WheelLimits struct {
 }
 
 const (
-	maxEntryName   = 1024
 	maxRecordBytes = 16 << 20
 )
 
@@ -124,7 +124,7 @@ func (l WheelLimits) inspect(file, filename string) (_ *inspected, err error) {
 	dirEntries := map[string]bool{} // directories the archive names
 	var declared uint64
 	for _, f := range zr.File {
-		if err := checkEntryName(f.Name); err != nil {
+		if err := artifact.CheckEntryName(f.Name); err != nil {
 			return nil, bad("entry %q: %v", f.Name, err)
 		}
 		mode := f.Mode()
@@ -287,37 +287,6 @@ func (l WheelLimits) Extract(file, dir string) (err error) {
 // ExtractWheel is WheelLimits{}.Extract.
 func ExtractWheel(file, dir string) error { return WheelLimits{}.Extract(file, dir) }
 
-func checkEntryName(n string) error {
-	switch {
-	case n == "" || n == "/":
-		return fmt.Errorf("an empty name")
-	case len(n) > maxEntryName:
-		return fmt.Errorf("a name over %d bytes", maxEntryName)
-	case !utf8.ValidString(n):
-		return fmt.Errorf("a name that is not UTF-8")
-	case strings.HasPrefix(n, "/"):
-		return fmt.Errorf("an absolute path")
-	case strings.Contains(n, `\`):
-		return fmt.Errorf("a backslash in the name")
-	case len(n) >= 2 && n[1] == ':':
-		return fmt.Errorf("a drive letter")
-	}
-	for _, r := range n {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return fmt.Errorf("a control character (%U)", r)
-		}
-	}
-	for c := range strings.SplitSeq(strings.TrimSuffix(n, "/"), "/") {
-		switch c {
-		case "":
-			return fmt.Errorf("an empty path component")
-		case ".", "..":
-			return fmt.Errorf("a %q path component", c)
-		}
-	}
-	return nil
-}
-
 // checkOverlap refuses entries whose compressed data overlap: a normal
 // archive stores each entry's data once, after its own local header.
 func checkOverlap(fs []*zip.File) error {
@@ -414,7 +383,7 @@ func readRecord(f *zip.File) (map[string]recordRow, error) {
 			return nil, fmt.Errorf("a row of %d fields, not 3 (path,hash,size)", len(rec))
 		}
 		p := rec[0]
-		if err := checkEntryName(p); err != nil {
+		if err := artifact.CheckEntryName(p); err != nil {
 			return nil, fmt.Errorf("row %q: %v", p, err)
 		}
 		if _, dup := rows[p]; dup {
