@@ -1,18 +1,15 @@
 package runtime
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
-	"github.com/containerd/containerd/containers"
-	coci "github.com/containerd/containerd/oci"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandpit-dev/sandpit"
-	"github.com/sandpit-dev/sandpit/oci"
+	"github.com/sandpit-dev/sandpit/runtime/engine"
 )
 
 // A pooled sandbox or a session is created before it knows its request's
@@ -28,7 +25,7 @@ import (
 
 // attachPoints makes dir/ws and dir/env shared mount points and returns the
 // options binding them into a sandbox.
-func attachPoints(dir string) ([]coci.SpecOpts, error) {
+func attachPoints(dir string) ([]engine.Mount, error) {
 	for _, d := range []string{"ws", "env", "envro"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return nil, err
@@ -43,27 +40,11 @@ func attachPoints(dir string) ([]coci.SpecOpts, error) {
 			return nil, fmt.Errorf("make %s shared: %w", p, err)
 		}
 	}
-	return []coci.SpecOpts{
-		withSlaveBind(filepath.Join(dir, "ws"), sandpit.WorkspaceDir, true),
-		withSlaveBind(filepath.Join(dir, "env"), sandpit.EnvDir, false),
+	// Exec-able, receiving mounts made on the host side later (rslave).
+	return []engine.Mount{
+		{Source: filepath.Join(dir, "ws"), Destination: sandpit.WorkspaceDir, Writable: true, Exec: true, Slave: true},
+		{Source: filepath.Join(dir, "env"), Destination: sandpit.EnvDir, Exec: true, Slave: true},
 	}, nil
-}
-
-// withSlaveBind binds a host dir (exec-able), receiving mounts made on the
-// host side later (rslave propagation).
-func withSlaveBind(src, dst string, writable bool) coci.SpecOpts {
-	return func(ctx context.Context, c coci.Client, ctr *containers.Container, s *coci.Spec) error {
-		if err := oci.WithBind(src, dst, writable, true)(ctx, c, ctr, s); err != nil {
-			return err
-		}
-		m := &s.Mounts[len(s.Mounts)-1]
-		for i, o := range m.Options {
-			if o == "rprivate" {
-				m.Options[i] = "rslave"
-			}
-		}
-		return nil
-	}
 }
 
 // attachEnv shows layer, read-only, at EnvDir in the sandbox of dir.

@@ -17,14 +17,11 @@ func (r *Runtime) Health(ctx context.Context) sandpit.HealthReport {
 		Runtime:           filepath.Base(r.cfg.RuncBinary),
 		UserNamespace:     r.cfg.UserNS != nil,
 	}
-	ctx = r.nsctx(ctx)
-	if _, err := r.connect(ctx); err != nil {
+	if v, err := r.eng.Ping(ctx); err != nil {
 		rep.Error = err.Error()
 	} else {
 		rep.Reachable = true
-		r.mu.Lock()
-		rep.ContainerdVersion = r.version
-		r.mu.Unlock()
+		rep.ContainerdVersion = v
 	}
 	seen := map[string]bool{}
 	versions := r.imageVersions()

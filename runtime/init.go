@@ -11,11 +11,10 @@ import (
 	"strings"
 	"time"
 
-	coci "github.com/containerd/containerd/oci"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandpit-dev/sandpit"
-	"github.com/sandpit-dev/sandpit/oci"
+	"github.com/sandpit-dev/sandpit/runtime/engine"
 )
 
 // The init protocol: how a sandbox of an image built by sandpit starts its
@@ -118,11 +117,12 @@ const initGrace = 2 * time.Second
 
 // initProcess is PID 1 running argv under initScript, in mode "stdin" (a
 // cold sandbox: PID 1 reads the deadline line) or "pool".
-func initProcess(cwd, mode string, argv ...string) coci.SpecOpts {
-	return coci.Compose(
-		oci.WithProcess(cwd, append([]string{"/bin/bash", "-c", initScript, "sandpit-init", mode}, argv...)...),
-		coci.WithAnnotations(map[string]string{sandpit.InitAnnotation: mode}),
-	)
+func initProcess(cwd, mode string, argv ...string) engine.Spec {
+	return engine.Spec{
+		Args:        append([]string{"/bin/bash", "-c", initScript, "sandpit-init", mode}, argv...),
+		Cwd:         cwd,
+		Annotations: map[string]string{sandpit.InitAnnotation: mode},
+	}
 }
 
 // waiterProcess is the first process of a pooled sandbox: waiter.py,
@@ -153,7 +153,7 @@ shift "$n"
 exec "$@"`
 
 // coldBuildProcess is PID 1 running buildScript for req in a cold sandbox.
-func coldBuildProcess(cwd string, lang *LanguageSpec, req sandpit.Request) coci.SpecOpts {
+func coldBuildProcess(cwd string, lang *LanguageSpec, req sandpit.Request) engine.Spec {
 	argv := append([]string{"/bin/bash", "-c", buildScript, "sandpit-build"}, lang.argv(lang.Compile, req.Path)...)
 	return initProcess(cwd, "stdin", append(append(argv, "--"), lang.runArgv(req)...)...)
 }
@@ -192,23 +192,17 @@ func makeAlive(src string) (*os.File, error) {
 	return f, nil
 }
 
-// initOpts are the spec options of a sandbox whose first process is the
-// init (process): that process, the source dir, the build dir and the
-// workspace bind (nil: none).
-func (r *Runtime) initOpts(dir string, process coci.SpecOpts, binds ...coci.SpecOpts) []coci.SpecOpts {
-	opts := []coci.SpecOpts{
-		process,
-		oci.WithBind(filepath.Join(dir, "src"), sandpit.SourceDir, false, false),
+// initSpec is the spec of a sandbox whose first process is the init
+// (process): that process, the source dir, the build dir, then mounts
+// (the workspace, a package layer).
+func (r *Runtime) initSpec(dir string, process engine.Spec, mounts ...engine.Mount) engine.Spec {
+	process.Mounts = append([]engine.Mount{
+		engine.Bind(filepath.Join(dir, "src"), sandpit.SourceDir, false, false),
 		// The compiler writes the program here and the same sandbox runs
 		// it: a size-limited tmpfs, charged to the sandbox's memory.
-		oci.WithTmpfs(sandpit.BuildDir, r.cfg.Limits.TmpfsBytes, true),
-	}
-	for _, b := range binds {
-		if b != nil {
-			opts = append(opts, b)
-		}
-	}
-	return opts
+		{Destination: sandpit.BuildDir, Tmpfs: true, Size: r.cfg.Limits.TmpfsBytes, Exec: true},
+	}, mounts...)
+	return process
 }
 
 // initRequest is the mode and header line that make waiter.py run req.

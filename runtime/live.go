@@ -83,13 +83,20 @@ func (r *Runtime) watchUsage(sb *sandbox, fn func(func() sandpit.Usage)) {
 	if fn == nil {
 		return
 	}
-	f := r.fallback()
-	if !f.killAll {
+	m := sb.h.Meter()
+	if m == nil {
 		return // no cgroup of its own: the counters would be a parent's
 	}
-	path := f.cgroupParent + r.cgroupPath(sb.id)
+	m.Close()
+	// Opened for each reading: a reading after the sandbox is gone finds
+	// no files and reads zero.
 	fn(func() sandpit.Usage {
-		u, _ := r.cgroups.usage(path)
-		return u
+		m := sb.h.Meter()
+		if m == nil {
+			return sandpit.Usage{}
+		}
+		defer m.Close()
+		k, _ := m.Read()
+		return k.Usage()
 	})
 }

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/runtime/engine"
 )
 
 // A warm pool keeps sandboxes created and started ahead of requests, each
@@ -389,13 +390,7 @@ func (r *Runtime) PoolStats() map[string]PoolStats {
 // newWarm creates one pooled sandbox, and starts it unless it is to be
 // parked.
 func (r *Runtime) newWarm(ctx context.Context, image string, start bool) (_ *warm, retErr error) {
-	ctx = r.nsctx(ctx)
-	c, err := r.connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	img, err := r.image(ctx, c, image)
-	if err != nil {
+	if _, err := r.image(ctx, image); err != nil {
 		return nil, err
 	}
 	if !r.hasInit(image) {
@@ -424,7 +419,7 @@ func (r *Runtime) newWarm(ctx context.Context, image string, start bool) (_ *war
 	if err != nil {
 		return w, err
 	}
-	sb, err := r.create(ctx, c, img, id, filepath.Join(dir, "fifo"), lateStdin(), r.cfg.OutputBytes+markerBytes, r.initOpts(dir, waiterProcess, points...))
+	sb, err := r.create(ctx, image, id, dir, r.initSpec(dir, waiterProcess, points...), engine.LateStdin(), r.cfg.OutputBytes+markerBytes)
 	if err != nil {
 		return w, err
 	}
@@ -441,7 +436,7 @@ func (r *Runtime) newWarm(ctx context.Context, image string, start bool) (_ *war
 
 // startWarm starts a parked sandbox.
 func (r *Runtime) startWarm(ctx context.Context, w *warm) error {
-	if err := r.start(r.nsctx(ctx), w.sb); err != nil {
+	if err := r.start(ctx, w.sb); err != nil {
 		return err
 	}
 	w.parked = false
@@ -450,7 +445,7 @@ func (r *Runtime) startWarm(ctx context.Context, w *warm) error {
 
 // destroyWarm deletes a pooled sandbox and its host dir.
 func (r *Runtime) destroyWarm(w *warm) {
-	ctx := r.nsctx(context.Background())
+	ctx := context.Background()
 	if w.sb != nil {
 		r.destroy(ctx, w.sb)
 	}
@@ -499,7 +494,7 @@ func (r *Runtime) runWarm(ctx context.Context, w *warm, lang *LanguageSpec, req 
 	mode, header := initRequest(lang, req, cwd)
 	watchOutput(w.sb, req.Output, mode)
 	r.watchUsage(w.sb, req.WatchUsage)
-	w.sb.stdin.send(deadlineLine(deadline), header, req.Stdin)
+	w.sb.stdin.Send(deadlineLine(deadline), header, req.Stdin)
 	out, err := r.await(ctx, w.sb, deadline)
 	if err != nil {
 		return out, err

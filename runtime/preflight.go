@@ -99,7 +99,7 @@ type preflightKey struct{}
 
 // admit decides, before anything runs, whether req may run at all: the OCI
 // runtime must work on this host, the host must be able to enforce the
-// limits (or the operator opted in to fallbacks; see rootless.go), and
+// limits (or the operator opted in to fallbacks; see ctrd/rootless.go), and
 // Python code must pass the pre-flight policy.
 func (r *Runtime) admit(ctx context.Context, lang *LanguageSpec, req sandpit.Request) error {
 	if ctx.Value(preflightKey{}) != nil {
@@ -108,7 +108,7 @@ func (r *Runtime) admit(ctx context.Context, lang *LanguageSpec, req sandpit.Req
 	if err := CheckRuntimeBinary(r.cfg.RuncBinary, r.cgroupMode); err != nil {
 		return err
 	}
-	if err := r.checkLimits(); err != nil {
+	if _, err := r.eng.Limits(); err != nil {
 		return err
 	}
 	p := r.cfg.Preflight

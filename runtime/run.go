@@ -8,20 +8,10 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
-	v1 "github.com/containerd/cgroups/v3/cgroup1/stats"
-	v2 "github.com/containerd/cgroups/v3/cgroup2/stats"
-	"github.com/containerd/containerd"
-	"github.com/containerd/containerd/errdefs"
-	coci "github.com/containerd/containerd/oci"
-	"github.com/containerd/typeurl/v2"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/sandpit-dev/sandpit"
-	"github.com/sandpit-dev/sandpit/oci"
+	"github.com/sandpit-dev/sandpit/runtime/engine"
 )
 
 // Run executes req in fresh sandboxes (one per step: compile, then run) and
@@ -47,17 +37,7 @@ func (r *Runtime) Run(ctx context.Context, req sandpit.Request) (*sandpit.Result
 	if timeout <= 0 {
 		timeout = sandpit.DefaultTimeout
 	}
-	ctx = r.nsctx(ctx)
-	client, err := r.connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	img, err := r.image(ctx, client, lang.Image)
-	if err != nil {
-		if isUnavailable(err) {
-			r.dropClient(client)
-			return nil, &UnavailableError{Address: r.cfg.Address, Err: err}
-		}
+	if _, err := r.image(ctx, lang.Image); err != nil {
 		return nil, err
 	}
 
@@ -107,7 +87,7 @@ func (r *Runtime) Run(ctx context.Context, req sandpit.Request) (*sandpit.Result
 		}
 	}
 	if !ran {
-		out, err = r.runCold(ctx, client, img, id, lang, req, view, deadline)
+		out, err = r.runCold(ctx, id, lang, req, view, deadline)
 	}
 	if view != nil {
 		if g, ok := view.(interface{ WritersGone() }); ok && err == nil {
@@ -125,10 +105,7 @@ func (r *Runtime) Run(ctx context.Context, req sandpit.Request) (*sandpit.Result
 		res.Files = changes
 	}
 	if err != nil {
-		if isUnavailable(err) && !errors.Is(err, ErrShimDied) {
-			r.dropClient(client)
-			return nil, &UnavailableError{Address: r.cfg.Address, Err: err}
-		}
+		_, err = r.eng.Lost(err)
 		return nil, err
 	}
 	res.Duration = time.Since(started)
@@ -152,7 +129,7 @@ func (r *Runtime) claimWarmFor(lang *LanguageSpec, req sandpit.Request, yield bo
 }
 
 // runCold creates the run's sandboxes on the request path.
-func (r *Runtime) runCold(ctx context.Context, client *containerd.Client, img containerd.Image, id string, lang *LanguageSpec, req sandpit.Request, view sandpit.View, deadline time.Time) (*stepOutput, error) {
+func (r *Runtime) runCold(ctx context.Context, id string, lang *LanguageSpec, req sandpit.Request, view sandpit.View, deadline time.Time) (*stepOutput, error) {
 	r.setLive(id, true)
 	var made []*sandbox
 	useInit := r.hasInit(lang.Image)
@@ -178,40 +155,38 @@ func (r *Runtime) runCold(ctx context.Context, client *containerd.Client, img co
 		return nil, err
 	}
 	if useInit {
-		return r.initRun(ctx, client, img, id, dir, lang, req, view, deadline, &made)
+		return r.initRun(ctx, id, dir, lang, req, view, deadline, &made)
 	}
-	return r.steps(ctx, client, img, id, dir, lang, req, view, deadline, &made)
+	return r.steps(ctx, id, dir, lang, req, view, deadline, &made)
 }
 
 // initRun runs req in one sandbox under a shell as PID 1. A program that
 // needs compiling goes through buildScript (compile, then run, in the same
 // sandbox, reporting as the waiter of a pooled sandbox does); any other is
 // the shell's child directly — `python3 main.py` itself.
-func (r *Runtime) initRun(ctx context.Context, c *containerd.Client, img containerd.Image, id, dir string, lang *LanguageSpec, req sandpit.Request, view sandpit.View, deadline time.Time, made *[]*sandbox) (*stepOutput, error) {
+func (r *Runtime) initRun(ctx context.Context, id, dir string, lang *LanguageSpec, req sandpit.Request, view sandpit.View, deadline time.Time, made *[]*sandbox) (*stepOutput, error) {
 	cwd := "/tmp"
-	var ws coci.SpecOpts
+	mounts := envBinds(req)
 	if view != nil {
 		cwd = sandpit.WorkspaceDir
-		ws = oci.WithBind(view.Dir(), sandpit.WorkspaceDir, true, true)
+		mounts = append(mounts, engine.Bind(view.Dir(), sandpit.WorkspaceDir, true, true))
 	}
-	env := envBinds(req)
 	direct := len(lang.Compile) == 0
 	var (
 		mode     string
-		stdin    *stdinFeed
-		opts     []coci.SpecOpts
+		spec     engine.Spec
 		capBytes = r.cfg.OutputBytes
 	)
 	if direct {
-		process := initProcess(cwd, "stdin", lang.runArgv(req)...)
-		stdin, opts = fixedStdin(deadlineLine(deadline), req.Stdin), r.initOpts(dir, process, append(env, ws)...)
+		spec = r.initSpec(dir, initProcess(cwd, "stdin", lang.runArgv(req)...), mounts...)
 	} else {
 		mode = "build"
-		stdin, opts = fixedStdin(deadlineLine(deadline), req.Stdin), r.initOpts(dir, coldBuildProcess(cwd, lang, req), append(env, ws)...)
+		spec = r.initSpec(dir, coldBuildProcess(cwd, lang, req), mounts...)
 		capBytes += markerBytes
 	}
+	stdin := engine.FixedStdin(deadlineLine(deadline), req.Stdin)
 	t0 := time.Now()
-	sb, err := r.create(ctx, c, img, id, filepath.Join(dir, "fifo"), stdin, capBytes, opts)
+	sb, err := r.create(ctx, lang.Image, id, dir, spec, stdin, capBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -249,16 +224,16 @@ func (r *Runtime) setLive(id string, on bool) {
 
 // envBinds binds a request's package layer, or an install step's
 // artifacts and layer being built.
-func envBinds(req sandpit.Request) []coci.SpecOpts {
+func envBinds(req sandpit.Request) []engine.Mount {
 	switch {
 	case req.Install != nil:
-		return []coci.SpecOpts{
-			oci.WithBind(req.Install.Artifacts, sandpit.ArtifactsDir, false, false),
-			oci.WithBind(req.Install.Layer, sandpit.EnvBuildDir, true, false),
+		return []engine.Mount{
+			engine.Bind(req.Install.Artifacts, sandpit.ArtifactsDir, false, false),
+			engine.Bind(req.Install.Layer, sandpit.EnvBuildDir, true, false),
 		}
 	case req.Env != "":
 		// Executable: a compiled extension is mmapped PROT_EXEC.
-		return []coci.SpecOpts{oci.WithBind(req.Env, sandpit.EnvDir, false, true)}
+		return []engine.Mount{engine.Bind(req.Env, sandpit.EnvDir, false, true)}
 	}
 	return nil
 }
@@ -360,18 +335,17 @@ type stepOutput struct {
 // the language has one) and then the program, each in its own sandbox,
 // sharing the run directory. Every sandbox it creates is appended to *made
 // for the caller to destroy.
-func (r *Runtime) steps(ctx context.Context, c *containerd.Client, img containerd.Image, id, dir string, lang *LanguageSpec, req sandpit.Request, view sandpit.View, deadline time.Time, made *[]*sandbox) (*stepOutput, error) {
+func (r *Runtime) steps(ctx context.Context, id, dir string, lang *LanguageSpec, req sandpit.Request, view sandpit.View, deadline time.Time, made *[]*sandbox) (*stepOutput, error) {
 	cwd := "/tmp"
-	binds := []coci.SpecOpts{oci.WithBind(filepath.Join(dir, "src"), sandpit.SourceDir, false, false)}
+	binds := []engine.Mount{engine.Bind(filepath.Join(dir, "src"), sandpit.SourceDir, false, false)}
 	if view != nil {
 		cwd = sandpit.WorkspaceDir
-		binds = append(binds, oci.WithBind(view.Dir(), sandpit.WorkspaceDir, true, true))
+		binds = append(binds, engine.Bind(view.Dir(), sandpit.WorkspaceDir, true, true))
 	}
 	binds = append(binds, envBinds(req)...)
-	fifos := filepath.Join(dir, "fifo")
-	run := func(cid string, stdin []byte, opts []coci.SpecOpts) (*stepOutput, error) {
+	run := func(cid string, stdin []byte, spec engine.Spec) (*stepOutput, error) {
 		t0 := time.Now()
-		sb, err := r.create(ctx, c, img, cid, fifos, fixedStdin(stdin), r.cfg.OutputBytes, opts)
+		sb, err := r.create(ctx, lang.Image, cid, dir, spec, engine.FixedStdin(stdin), r.cfg.OutputBytes)
 		if err != nil {
 			return nil, err
 		}
@@ -390,12 +364,13 @@ func (r *Runtime) steps(ctx context.Context, c *containerd.Client, img container
 	}
 
 	if len(lang.Compile) > 0 {
-		opts := append([]coci.SpecOpts{
-			oci.WithProcess(cwd, lang.argv(lang.Compile, req.Path)...),
-			oci.WithBind(filepath.Join(dir, "out"), sandpit.BuildDir, true, false),
-			oci.WithCPUs(r.cfg.CompileCPUs),
-		}, binds...)
-		out, err := run(id+"-build", nil, opts)
+		spec := engine.Spec{
+			Args:   lang.argv(lang.Compile, req.Path),
+			Cwd:    cwd,
+			Mounts: append([]engine.Mount{engine.Bind(filepath.Join(dir, "out"), sandpit.BuildDir, true, false)}, binds...),
+			CPUs:   r.cfg.CompileCPUs,
+		}
+		out, err := run(id+"-build", nil, spec)
 		if err != nil {
 			return nil, err
 		}
@@ -407,88 +382,15 @@ func (r *Runtime) steps(ctx context.Context, c *containerd.Client, img container
 		}
 	}
 
-	opts := append([]coci.SpecOpts{oci.WithProcess(cwd, lang.runArgv(req)...)}, binds...)
+	spec := engine.Spec{Args: lang.runArgv(req), Cwd: cwd, Mounts: binds}
 	if len(lang.Compile) > 0 {
-		opts = append(opts, oci.WithBind(filepath.Join(dir, "out"), sandpit.BuildDir, false, true))
+		spec.Mounts = append(spec.Mounts, engine.Bind(filepath.Join(dir, "out"), sandpit.BuildDir, false, true))
 	}
-	return run(id, req.Stdin, opts)
+	return run(id, req.Stdin, spec)
 }
 
-// usage reads the sandbox's cgroup counters; it must run before the task is
-// deleted, which removes the cgroup. OOM is read from the cgroup's oom_kill
-// count, because exit code 137 is ambiguous (a timeout kill gives it too) and
-// a task whose child was OOM-killed can still exit 0.
-func (r *Runtime) usage(ctx context.Context, task containerd.Task) sandpit.Usage {
-	var u sandpit.Usage
-	f := r.fallback()
-	if !f.killAll {
-		return u // no cgroup of its own: the counters would be a parent's
-	}
-	// containerd's default spec puts the sandbox at /<namespace>/<id>;
-	// rootless, that path is relative to the daemon's delegated cgroup.
-	if u, ok := r.cgroups.usage(f.cgroupParent + r.cgroupPath(task.ID())); ok {
-		return u
-	}
-	m, err := task.Metrics(ctx)
-	if err != nil {
-		r.log.Debug("sandbox metrics unavailable", "err", err)
-		return u
-	}
-	data, err := typeurl.UnmarshalAny(m.Data)
-	if err != nil {
-		r.log.Debug("sandbox metrics undecodable", "err", err)
-		return u
-	}
-	switch s := data.(type) {
-	case *v1.Metrics:
-		if s.CPU != nil && s.CPU.Usage != nil {
-			u.CPUUserMS = int64(s.CPU.Usage.User / 1e6)
-			u.CPUSystemMS = int64(s.CPU.Usage.Kernel / 1e6)
-		}
-		if s.Memory != nil && s.Memory.Usage != nil {
-			u.MemoryPeakBytes = s.Memory.Usage.Max
-		}
-		if s.MemoryOomControl != nil {
-			u.OOMKilled = s.MemoryOomControl.OomKill > 0
-		}
-		if s.Pids != nil {
-			u.PidsCurrent = s.Pids.Current
-		}
-	case *v2.Metrics:
-		if s.CPU != nil {
-			u.CPUUserMS = int64(s.CPU.UserUsec / 1000)
-			u.CPUSystemMS = int64(s.CPU.SystemUsec / 1000)
-		}
-		if s.Memory != nil {
-			// cgroup v2 metrics of this containerd carry no peak (memory.peak);
-			// current usage after exit is the best figure available.
-			u.MemoryPeakBytes = s.Memory.Usage
-		}
-		if s.MemoryEvents != nil {
-			u.OOMKilled = s.MemoryEvents.OomKill > 0
-		}
-		if s.Pids != nil {
-			u.PidsCurrent = s.Pids.Current
-		}
-	}
+// unenforced lists the limits a Result must report as not enforced.
+func (r *Runtime) unenforced() []string {
+	u, _ := r.eng.Limits()
 	return u
-}
-
-// clientClosed: a call through a client Close already closed (dropClient).
-func clientClosed(err error) bool {
-	return status.Code(err) == codes.Canceled && strings.Contains(err.Error(), "client connection is closing")
-}
-
-// isUnavailable reports whether err means the daemon went away.
-func isUnavailable(err error) bool {
-	if err == nil {
-		return false
-	}
-	// A stream (a task's wait) broken by the daemon going away comes back
-	// as a raw gRPC status, not converted by errdefs.
-	if code := status.Code(errors.Unwrap(err)); code == codes.Unavailable || status.Code(err) == codes.Unavailable {
-		return true
-	}
-	return errdefs.IsUnavailable(err) || errors.Is(err, ErrUnavailable) || clientClosed(err) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) && strings.Contains(err.Error(), "sock")
 }

@@ -37,3 +37,32 @@ func removeRunDir(dir string) error {
 	}
 	return os.RemoveAll(dir)
 }
+
+// sweepRunDirs removes the per-run dirs (sources, build output, FIFOs) of
+// runs no run in progress in this process owns: what a dead server left,
+// after the engine swept its sandboxes. Only this instance's runtime
+// writes under its StateDir.
+func (r *Runtime) sweepRunDirs() error {
+	runs := filepath.Join(r.cfg.StateDir, "runs")
+	entries, _ := os.ReadDir(runs)
+	var errs []error
+	for _, e := range entries {
+		if r.isLive(e.Name()) {
+			continue
+		}
+		// A pooled sandbox's ws/ is a mount point (maybe with a workspace
+		// view stacked on it): never removed recursively.
+		if err := removeRunDir(filepath.Join(runs, e.Name())); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// isLive reports whether a run directory belongs to a run in progress in
+// this process (a manual `sandpit gc` while serving must not pull it away).
+func (r *Runtime) isLive(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.live[id]
+}

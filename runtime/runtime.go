@@ -1,11 +1,14 @@
-// Package runtime runs programs in single-use sandboxes through containerd.
-// It is the only package that holds a containerd client.
+// Package runtime runs programs in single-use sandboxes: it is sandpit's
+// orchestration — requests, languages, limits, pre-flight, output capping,
+// the warm pool, sessions, usage — over a container engine
+// (runtime/engine), which is containerd's (runtime/ctrd).
 //
-// The guarantee: every sandbox Run creates is labelled with the runtime's
-// instance and state dir, gets the spec built by package oci, and is
-// deleted — task, container, snapshot, FIFOs and per-run files — before Run
-// returns, whatever the program did. What a crashed server left behind is removed by Sweep,
-// which New's first connection runs.
+// The guarantee: every sandbox Run creates is made by the engine, labelled
+// with the runtime's instance and state dir, with the spec built by
+// package oci, and is deleted — task, container, snapshot, FIFOs and
+// per-run files — once Run returns, whatever the program did. What a
+// crashed server left behind is removed by Sweep, which the engine's first
+// connection runs.
 package runtime
 
 import (
@@ -21,27 +24,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/containerd/containerd"
-	"github.com/containerd/containerd/api/types/runc/options"
-	"github.com/containerd/containerd/namespaces"
-
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/images"
 	"github.com/sandpit-dev/sandpit/internal/host"
 	"github.com/sandpit-dev/sandpit/oci"
-)
-
-// Label keys on every container and snapshot sandpit creates.
-const (
-	// LabelInstance is the runtime instance that owns it. Names are unique
-	// only within one state dir: the janitor's key is this and LabelState
-	// together (OwnerFilter).
-	LabelInstance = "sandpit.instance"
-	LabelRun      = "sandpit.run" // the run id
-	// LabelState is the instance's state dir (absolute): with
-	// LabelInstance it says whose a sandbox is, and a janitor finds the
-	// sandboxes of dead instances under its state root by it.
-	LabelState = "sandpit.state"
+	"github.com/sandpit-dev/sandpit/runtime/ctrd"
+	"github.com/sandpit-dev/sandpit/runtime/engine"
 )
 
 // Config configures a Runtime. Zero fields take the defaults in Defaults.
@@ -57,11 +45,11 @@ type Config struct {
 	ShimDir string
 	// CgroupParent, when set, is the cgroup every sandbox's cgroup is
 	// created under (<parent>/<id>) instead of /<namespace>/<id>; ShimCgroup
-	// is where shims go (see cgroupparent.go). Not for rootless daemons.
+	// is where shims go (see ctrd/cgroupparent.go). Not for rootless daemons.
 	CgroupParent string
 	ShimCgroup   string
 	// RootfsDir holds the runtime's shared read-only roots, one per image
-	// (rootfs.go); default DefaultRootfsDir.
+	// (ctrd/rootfs.go); default DefaultRootfsDir.
 	RootfsDir   string
 	Snapshotter string
 	StateDir    string // per-run files and FIFOs
@@ -87,7 +75,7 @@ type Config struct {
 	// Rootless says containerd runs rootless (rootlesskit). Where cgroup
 	// limits cannot be enforced then, every run is refused with
 	// ErrLimitsUnenforceable unless AllowUnenforcedLimits accepts rlimit
-	// fallbacks, reported in each Result (see rootless.go).
+	// fallbacks, reported in each Result (see ctrd/rootless.go).
 	Rootless              bool
 	AllowUnenforcedLimits bool
 	// Preflight, when set, checks Python code against a policy inside a
@@ -113,8 +101,11 @@ func (c *Config) Defaults() {
 	if c.RuntimeName == "" {
 		c.RuntimeName = "io.containerd.runc.v2"
 	}
-	if c.UsesShim() {
-		c.shimDefaults()
+	if c.UsesShim() && c.ShimDir == "" {
+		// The shim's programs are beside this executable.
+		if self, err := os.Executable(); err == nil {
+			c.ShimDir = filepath.Dir(self)
+		}
 	}
 	if c.RuncBinary == "" {
 		c.RuncBinary = "runc"
@@ -157,35 +148,25 @@ type Runtime struct {
 	log   *slog.Logger
 	langs map[string]*LanguageSpec
 
+	// eng makes the sandboxes; ctrd is the same engine, for what only
+	// containerd's does (OrphanStates, Settle).
+	eng  engine.Engine
+	ctrd *ctrd.Engine
+
 	tenants tenantActivity // who shares the warm pool (tenantshare.go)
 
-	// dialMu serialises dialling and the first sweep; it is never taken
-	// with mu held, and mu is never held across containerd calls.
-	dialMu    sync.Mutex
 	mu        sync.Mutex
-	client    *containerd.Client
-	swept     bool
-	images    map[string]containerd.Image
 	inits     map[string]bool // by image: whether it can run waiter.py
-	version   string
 	live      map[string]bool // run ids in progress, which Sweep must not touch
 	bg        sync.WaitGroup  // cleanup running off the request path
 	closing   chan struct{}   // closed by Close: background retries stop
 	closeOnce sync.Once
-	cgroups   *cgroupFS
-	warmer    *migrationWarmer // keeps cgroup moves fast while sandboxes are created (cgwarm.go)
-	delegMu   sync.Mutex
-	deleg     *delegation      // rootless only: where sandbox cgroups go (rootless.go)
 	pools     map[string]*pool // by image
 	pooled    map[string]*pool // by language name
 	sess      *sessions
-	shimMu    sync.Mutex // guards shim; never held across a containerd call
-	shim      *shimProc  // RuntimeSandpit: the running shim (shimproc.go)
 	// cgroupMode is the host's cgroup layout, read once: it does not change
 	// while the server runs, and reading mountinfo costs ~0.5 ms a run.
 	cgroupMode host.CgroupMode
-	rootMu     sync.Mutex            // guards roots; held while a root is made
-	roots      map[string]sharedRoot // by image name: the shared roots (rootfs.go)
 }
 
 // New validates the configuration. It does not connect: containerd may come
@@ -201,20 +182,16 @@ func New(cfg Config) (*Runtime, error) {
 	if len(cfg.Languages) == 0 {
 		return nil, errors.New("no languages configured (use DefaultLanguages with the image ref)")
 	}
-	if cfg.UsesShim() {
-		if err := cfg.CheckShim(); err != nil {
-			return nil, err
-		}
-	}
-	if err := cfg.CheckOCIBinary(); err != nil {
+	r := &Runtime{cfg: cfg, log: cfg.Logger, langs: map[string]*LanguageSpec{}, inits: map[string]bool{}, live: map[string]bool{}, pools: map[string]*pool{}, pooled: map[string]*pool{}, closing: make(chan struct{}), cgroupMode: host.DetectCgroups()}
+	ecfg := cfg.engineConfig()
+	ecfg.Profile = oci.Profile{Limits: cfg.Limits, UserNS: cfg.UserNS, UID: sandpit.SandboxUID, GID: sandpit.SandboxGID}
+	ecfg.OnLost = r.flushPools
+	ecfg.OnSweep = r.sweepRunDirs
+	e, err := ctrd.New(ecfg)
+	if err != nil {
 		return nil, err
 	}
-	if cfg.ShimCgroup != "" {
-		if _, err := ensureCgroup(cfg.ShimCgroup); err != nil {
-			return nil, fmt.Errorf("shim cgroup: %w", err)
-		}
-	}
-	r := &Runtime{cfg: cfg, log: cfg.Logger, langs: map[string]*LanguageSpec{}, images: map[string]containerd.Image{}, inits: map[string]bool{}, live: map[string]bool{}, cgroups: newCgroupFS(), warmer: &migrationWarmer{log: cfg.Logger}, pools: map[string]*pool{}, pooled: map[string]*pool{}, closing: make(chan struct{}), roots: map[string]sharedRoot{}, cgroupMode: host.DetectCgroups()}
+	r.eng, r.ctrd = e, e
 	for i := range cfg.Languages {
 		l := &cfg.Languages[i]
 		r.langs[l.Name] = l
@@ -235,9 +212,13 @@ func (r *Runtime) Config() Config { return r.cfg }
 
 // Settle waits until the sandboxes of finished runs are deleted (that
 // happens after Run returns, off the request path).
-func (r *Runtime) Settle() { r.bg.Wait() }
+func (r *Runtime) Settle() {
+	r.bg.Wait()
+	r.ctrd.Settle()
+}
 
-// Close waits for background cleanup and releases the containerd connection.
+// Close removes the sessions' and the pool's sandboxes, waits for
+// background cleanup and releases the engine.
 func (r *Runtime) Close() error {
 	r.closeOnce.Do(func() { close(r.closing) })
 	r.sess.closeAll()
@@ -245,126 +226,38 @@ func (r *Runtime) Close() error {
 		p.close()
 	}
 	r.bg.Wait()
-	r.stopShim() // after every sandbox is deleted
-	cctx, cancel := context.WithTimeout(r.nsctx(context.Background()), r.cfg.DialTimeout)
-	r.releaseRoots(cctx, r.currentClient())
-	cancel()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.client != nil {
-		err := r.client.Close()
-		r.client = nil
-		return err
-	}
-	return nil
+	return r.eng.Close()
 }
 
-func (r *Runtime) nsctx(ctx context.Context) context.Context {
-	return namespaces.WithNamespace(ctx, r.cfg.Namespace)
+// flushPools drops every pooled sandbox: the engine lost them (containerd
+// or the shim went away).
+func (r *Runtime) flushPools() {
+	for _, p := range r.pools {
+		p.flush()
+	}
 }
 
-// connect returns a live client, dialling (and sweeping, the first time) as
-// needed. It never waits longer than DialTimeout for an absent daemon. The
-// first sweep runs before any caller gets the client, so it cannot remove a
-// sandbox created meanwhile; mu is not held during it (the sweep takes mu
-// to ask which runs are live).
-func (r *Runtime) connect(ctx context.Context) (*containerd.Client, error) {
-	if c := r.currentClient(); c != nil {
-		return c, nil
-	}
-	r.dialMu.Lock()
-	defer r.dialMu.Unlock()
-	if c := r.currentClient(); c != nil {
-		return c, nil // another caller dialled while we waited
-	}
-	if _, err := os.Stat(r.cfg.Address); err != nil {
-		return nil, &UnavailableError{Address: r.cfg.Address, Err: errors.New("socket does not exist")}
-	}
-	dctx, cancel := context.WithTimeout(ctx, r.cfg.DialTimeout)
-	defer cancel()
-	c, err := containerd.New(r.cfg.Address,
-		containerd.WithDefaultNamespace(r.cfg.Namespace),
-		containerd.WithTimeout(r.cfg.DialTimeout),
-	)
+// OrphanStates lists the state dirs under root of sandboxes in this
+// runtime's containerd namespace (ctrd.Engine.OrphanStates).
+func (r *Runtime) OrphanStates(ctx context.Context, root string) ([]string, error) {
+	return r.ctrd.OrphanStates(ctx, root)
+}
+
+// Sweep removes every sandbox of this runtime's instance and state dir
+// (what a crashed server left), and the per-run dirs no run in progress
+// owns; it returns how many sandboxes it removed.
+func (r *Runtime) Sweep(ctx context.Context) (int, error) { return r.eng.Sweep(ctx) }
+
+// image resolves ref through the engine and notes whether its runs can go
+// through sandpit's init: images sandpit builds record their python
+// version; one that does not may have no python3 to run the init with.
+func (r *Runtime) image(ctx context.Context, ref string) (engine.Image, error) {
+	img, err := r.eng.Image(ctx, ref)
 	if err != nil {
-		return nil, &UnavailableError{Address: r.cfg.Address, Err: err}
+		return img, err
 	}
-	v, err := c.Version(dctx)
-	if err != nil {
-		c.Close()
-		return nil, &UnavailableError{Address: r.cfg.Address, Err: err}
-	}
+	_, hasInit := img.Labels[images.LabelVersionPrefix+"python"]
 	r.mu.Lock()
-	first := !r.swept
-	r.swept = true
-	r.mu.Unlock()
-	if first {
-		if err := r.sweep(r.nsctx(ctx), c); err != nil {
-			r.log.Warn("janitor: sweeping leftovers failed", "err", err)
-		}
-	}
-	r.mu.Lock()
-	r.client, r.version = c, v.Version
-	r.mu.Unlock()
-	return c, nil
-}
-
-func (r *Runtime) currentClient() *containerd.Client {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.client
-}
-
-// dropClient forgets a client whose daemon went away, so the next call redials.
-func (r *Runtime) dropClient(c *containerd.Client) {
-	r.mu.Lock()
-	dropped := r.client == c && c != nil
-	if dropped {
-		r.client.Close()
-		r.client = nil
-		// What the lost daemon held (sandboxes whose waits broke, pooled
-		// ones made through the closed client) is swept at the next
-		// connection, before anything new is created.
-		r.swept = false
-	}
-	r.mu.Unlock()
-	if dropped {
-		r.log.Warn("containerd went away; reconnecting on the next call", "address", r.cfg.Address)
-		for _, p := range r.pools {
-			p.flush()
-		}
-	}
-}
-
-func (r *Runtime) image(ctx context.Context, c *containerd.Client, ref string) (containerd.Image, error) {
-	r.mu.Lock()
-	img, ok := r.images[ref]
-	r.mu.Unlock()
-	if ok {
-		return img, nil
-	}
-	img, err := c.GetImage(ctx, ref)
-	if err != nil {
-		return nil, sandpit.WithHint(fmt.Errorf("image %s: %w", ref, errors.Join(ErrImageMissing, err)),
-			"run `sandpit images build`; `sandpit serve` builds it by itself on first use, which takes a few minutes")
-	}
-	unpacked, err := img.IsUnpacked(ctx, r.cfg.Snapshotter)
-	if err != nil || !unpacked {
-		if err := img.Unpack(ctx, r.cfg.Snapshotter); err != nil {
-			return nil, sandpit.WithHint(fmt.Errorf("image %s is not unpacked for %s: %w", ref, r.cfg.Snapshotter, errors.Join(ErrImageMissing, err)),
-				"run `sandpit images build --force`")
-		}
-	}
-	// Images sandpit builds record their python version; one that does not
-	// may have no python3 to run the init with.
-	spec, err := img.Spec(ctx)
-	if err != nil {
-		return nil, sandpit.WithHint(fmt.Errorf("image %s: read its config: %w", ref, errors.Join(ErrImageMissing, err)),
-			"run `sandpit images build --force`")
-	}
-	_, hasInit := spec.Config.Labels[images.LabelVersionPrefix+"python"]
-	r.mu.Lock()
-	r.images[ref] = img
 	r.inits[ref] = hasInit
 	r.mu.Unlock()
 	return img, nil
@@ -414,24 +307,18 @@ func (r *Runtime) imageVersions() map[string]map[string]string {
 	out := map[string]map[string]string{}
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.DialTimeout)
 	defer cancel()
-	ctx = r.nsctx(ctx)
-	c, err := r.connect(ctx)
-	if err != nil {
+	if _, err := r.eng.Ping(ctx); err != nil {
 		return out
 	}
 	for _, l := range r.cfg.Languages {
 		if _, ok := out[l.Image]; ok {
 			continue
 		}
-		img, err := r.image(ctx, c, l.Image)
+		img, err := r.image(ctx, l.Image)
 		if err != nil {
 			continue
 		}
-		cfg, err := img.Spec(ctx)
-		if err != nil {
-			continue
-		}
-		out[l.Image] = cfg.Config.Labels
+		out[l.Image] = img.Labels
 	}
 	return out
 }
@@ -442,12 +329,4 @@ func newRunID() string {
 		panic(err) // crypto/rand never fails on Linux
 	}
 	return hex.EncodeToString(b)
-}
-
-func (r *Runtime) runcOptions() containerd.NewContainerOpts {
-	return containerd.WithRuntime(r.cfg.RuntimeName, &options.Options{
-		BinaryName: r.cfg.RuncBinary,
-		Root:       r.cfg.RuncRoot,
-		ShimCgroup: r.cfg.ShimCgroup,
-	})
 }

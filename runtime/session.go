@@ -17,10 +17,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/containerd/containerd"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/runtime/engine"
 )
 
 // Sessions: a sandbox that outlives one call. A session's sandbox is laid
@@ -172,8 +172,8 @@ type session struct {
 	out    sessionStream
 	errs   sessionStream
 	exited chan struct{} // the sandbox's task exited
-	exit   containerd.ExitStatus
-	cg     *cgReader // its cgroup's counters (nil until it started)
+	exit   engine.Exit
+	cg     meter // its cgroup's counters (none until it started)
 
 	frames     chan []byte // to the REPL's stdin, in order
 	framesMu   sync.Mutex
@@ -232,8 +232,6 @@ func (r *Runtime) runSession(ctx context.Context, req sandpit.Request) (*sandpit
 	if timeout <= 0 {
 		timeout = sandpit.DefaultTimeout
 	}
-	ctx = r.nsctx(ctx)
-
 	var (
 		s         *session
 		isNew     bool
@@ -296,7 +294,7 @@ func (r *Runtime) runSession(ctx context.Context, req sandpit.Request) (*sandpit
 	res.WorkspaceOpenMS = time.Since(tOpen).Milliseconds()
 
 	call := r.sess.begin(s, id)
-	before, _ := s.cg.counters()
+	before, _ := s.cg.read()
 	s.cg.resetPeak()
 	stdout, stderr := newCappedBuffer(r.cfg.OutputBytes), newCappedBuffer(r.cfg.OutputBytes)
 	var wOut, wErr func([]byte)
@@ -330,14 +328,14 @@ func (r *Runtime) runSession(ctx context.Context, req sandpit.Request) (*sandpit
 	res.Duration = time.Since(started)
 	res.DurationMS = res.Duration.Milliseconds()
 
-	after, ok := s.cg.counters()
+	after, ok := s.cg.read()
 	if ok {
 		res.Usage = sandpit.Usage{
-			CPUUserMS:       int64(after.cpuUserNS-before.cpuUserNS) / 1e6,
-			CPUSystemMS:     int64(after.cpuSysNS-before.cpuSysNS) / 1e6,
-			MemoryPeakBytes: after.memPeak,
-			PidsCurrent:     after.pids,
-			OOMKilled:       after.oomKills > before.oomKills,
+			CPUUserMS:       int64(after.CPUUserNS-before.CPUUserNS) / 1e6,
+			CPUSystemMS:     int64(after.CPUSysNS-before.CPUSysNS) / 1e6,
+			MemoryPeakBytes: after.MemPeak,
+			PidsCurrent:     after.Pids,
+			OOMKilled:       after.OOMKills > before.OOMKills,
 		}
 	} else if o.lost != "" {
 		// The sandbox is gone with its cgroup; its exit says whether the
@@ -526,7 +524,7 @@ func (m *sessions) lostOutcome(s *session, why string) outcome {
 	o := outcome{status: sandpit.StatusSessionLost, exitCode: 137, lost: why}
 	select {
 	case <-s.exited:
-		o.exitCode = int(s.exit.ExitCode())
+		o.exitCode = s.exit.Code
 		o.exited = why == ""
 		if why == "" {
 			if g := m.goneWhy(s); g != "" {
@@ -542,7 +540,7 @@ func (m *sessions) lostOutcome(s *session, why string) outcome {
 	}
 	if o.oom {
 		o.oom = false
-		if k, ok := s.cg.counters(); ok && k.oomKills > 0 {
+		if k, ok := s.cg.read(); ok && k.OOMKills > 0 {
 			o.oom = true
 		}
 	}
@@ -648,13 +646,13 @@ func (m *sessions) start(ctx context.Context, s *session) (retErr error) {
 		if errors.Is(err, errNoInit) {
 			return sandpit.WithHint(ErrSessionsOff, "the image has no python3 for sandpit's init")
 		}
-		if isUnavailable(err) {
-			return &UnavailableError{Address: r.cfg.Address, Err: err}
+		if lost, err := r.eng.Lost(err); lost {
+			return err
 		}
 		return fmt.Errorf("start session: %w", err)
 	}
 	s.w, s.alive = w, alive
-	s.cg = r.cgroups.open(r.fallback().cgroupParent + r.cgroupPath(w.sb.id))
+	s.cg = meter{w.sb.h.Meter()}
 	defer func() {
 		if retErr != nil {
 			s.closeFrames()
@@ -674,7 +672,7 @@ func (m *sessions) start(ctx context.Context, s *session) (retErr error) {
 	}()
 	go func() {
 		for f := range s.frames {
-			if _, err := w.sb.stdin.pw.Write(f); err != nil {
+			if _, err := w.sb.stdin.Writer().Write(f); err != nil {
 				return
 			}
 		}
@@ -696,7 +694,7 @@ func (m *sessions) start(ctx context.Context, s *session) (retErr error) {
 			n++
 		case <-s.exited:
 			msg, _, _ := bootErr.result()
-			return fmt.Errorf("session did not start: its interpreter exited (code %d): %.500s", s.exit.ExitCode(), msg)
+			return fmt.Errorf("session did not start: its interpreter exited (code %d): %.500s", s.exit.Code, msg)
 		case <-timer.C:
 			return fmt.Errorf("session did not start within %s", sessionStartTimeout)
 		case <-ctx.Done():
@@ -939,9 +937,9 @@ func (r *Runtime) sessionInfo(s *session) sandpit.SessionInfo {
 		Calls: s.calls, Running: s.running, Expires: m.expiresLocked(s).UTC(), MaxAgeAt: s.maxAge.UTC(),
 		Names: slices.Clone(s.names), More: s.more}
 	m.mu.Unlock()
-	if k, ok := s.cg.counters(); ok {
-		info.MemoryBytes, info.MemoryPeakBytes = k.memCurrent, k.memPeak
-		info.CPUUserMS, info.CPUSystemMS = int64(k.cpuUserNS/1e6), int64(k.cpuSysNS/1e6)
+	if k, ok := s.cg.read(); ok {
+		info.MemoryBytes, info.MemoryPeakBytes = k.MemCurrent, k.MemPeak
+		info.CPUUserMS, info.CPUSystemMS = int64(k.CPUUserNS/1e6), int64(k.CPUSysNS/1e6)
 	}
 	return info
 }
@@ -1008,4 +1006,27 @@ func (t *Tenant) Sessions() []sandpit.SessionInfo {
 // that name is not found, as one that never existed.
 func (t *Tenant) CloseSession(ctx context.Context, name string) (sandpit.SessionInfo, error) {
 	return t.r.closeSession(ctx, sessKey{t.name, name})
+}
+
+// meter reads a session sandbox's counters through the engine's Meter; a
+// sandbox without a cgroup of its own has none, and reads fail.
+type meter struct{ m engine.Meter }
+
+func (m meter) read() (engine.Counters, bool) {
+	if m.m == nil {
+		return engine.Counters{}, false
+	}
+	return m.m.Read()
+}
+
+func (m meter) resetPeak() {
+	if m.m != nil {
+		m.m.ResetPeak()
+	}
+}
+
+func (m meter) close() {
+	if m.m != nil {
+		m.m.Close()
+	}
 }

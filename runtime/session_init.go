@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
-	"github.com/sandpit-dev/sandpit/oci"
+	"github.com/sandpit-dev/sandpit/runtime/engine"
 )
 
 // A session's sandbox must end by itself when its server goes away, and
@@ -49,19 +49,13 @@ exit $?`
 
 // sessionProcess is the first process of a session's sandbox: the session
 // init running waiter.py, which becomes the REPL on the session's header.
-var sessionProcess = oci.WithProcess("/tmp", "/bin/bash", "-c", sessionInitScript, "sandpit-session-init", "python3", "-c", waiterPy)
+var sessionProcess = engine.Spec{Cwd: "/tmp", Args: []string{"/bin/bash", "-c", sessionInitScript, "sandpit-session-init", "python3", "-c", waiterPy}}
 
 // newSessionSandbox creates and starts a session's sandbox: a pooled
 // sandbox's layout (src/, ws/ as a shared mount point, fifo/) under the
 // session init, with the liveness FIFO, which alive holds open.
 func (r *Runtime) newSessionSandbox(ctx context.Context, image string) (w *warm, alive *os.File, retErr error) {
-	ctx = r.nsctx(ctx)
-	c, err := r.connect(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	img, err := r.image(ctx, c, image)
-	if err != nil {
+	if _, err := r.image(ctx, image); err != nil {
 		return nil, nil, err
 	}
 	if !r.hasInit(image) {
@@ -84,7 +78,8 @@ func (r *Runtime) newSessionSandbox(ctx context.Context, image string) (w *warm,
 			return w, nil, err
 		}
 	}
-	if alive, err = makeAlive(filepath.Join(dir, "src")); err != nil {
+	alive, err := makeAlive(filepath.Join(dir, "src"))
+	if err != nil {
 		return w, nil, err
 	}
 	// ws/ and env/ receive each call's workspace and layer: envmount.go.
@@ -92,8 +87,7 @@ func (r *Runtime) newSessionSandbox(ctx context.Context, image string) (w *warm,
 	if err != nil {
 		return w, alive, err
 	}
-	sb, err := r.create(ctx, c, img, id, filepath.Join(dir, "fifo"), lateStdin(), r.cfg.OutputBytes+markerBytes,
-		r.initOpts(dir, sessionProcess, points...))
+	sb, err := r.create(ctx, image, id, dir, r.initSpec(dir, sessionProcess, points...), engine.LateStdin(), r.cfg.OutputBytes+markerBytes)
 	if err != nil {
 		return w, alive, err
 	}

@@ -1,4 +1,4 @@
-package runtime
+package ctrd
 
 import (
 	"os"
@@ -12,7 +12,7 @@ import (
 // cgroupFS reads a sandbox's counters straight from the cgroup filesystem:
 // a handful of small files instead of a Metrics round trip through
 // containerd and the shim (several milliseconds on every run). When a file
-// is missing, Runtime.usage falls back to task.Metrics.
+// is missing, sandbox.Usage falls back to task.Metrics.
 type cgroupFS struct {
 	v1 map[string]string // controller -> mount point (cgroup v1 and hybrid)
 	v2 string            // cgroup2 root, when controllers live there
@@ -38,20 +38,17 @@ func newCgroupFS() *cgroupFS {
 }
 
 // usage reads the counters of the cgroup at path (as in the OCI spec's
-// cgroupsPath) once, through a reader of its own (session_cgroup.go). ok is
+// cgroupsPath) once, through a reader of its own (meter.go). ok is
 // false when they cannot all be read, peak memory included.
 func (c *cgroupFS) usage(path string) (u sandpit.Usage, ok bool) {
 	r := c.open(path)
-	defer r.close()
+	defer r.Close()
 	if r.memPeak == nil {
 		return u, false // cgroup v2 before kernel 5.19: task.Metrics has it
 	}
-	k, ok := r.counters()
+	k, ok := r.Read()
 	if !ok {
 		return u, false
 	}
-	u.MemoryPeakBytes, u.OOMKilled = k.memPeak, k.oomKills > 0
-	u.CPUUserMS, u.CPUSystemMS = int64(k.cpuUserNS/1e6), int64(k.cpuSysNS/1e6)
-	u.PidsCurrent = k.pids
-	return u, true
+	return k.Usage(), true
 }

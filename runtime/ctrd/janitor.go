@@ -1,11 +1,10 @@
-package runtime
+package ctrd
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -17,31 +16,33 @@ import (
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/snapshots"
 	"github.com/containerd/ttrpc"
+
+	"github.com/sandpit-dev/sandpit/runtime/engine"
 )
 
 // Sweep removes every container, task and snapshot labelled with this
-// runtime's instance and state dir (OwnerFilter), and the per-run
-// directories (sources, FIFOs) under the state dir. It is what makes a
+// engine's instance and state dir (OwnerFilter), then calls
+// Config.OnSweep (the orchestration's per-run dirs). It is what makes a
 // restart after a crash clean: a killed server leaves its sandboxes
 // RUNNING. Other containerd users, and other sandpit instances — also
 // those of the same name under another state dir — keep theirs. It returns
 // how many sandboxes it removed.
-func (r *Runtime) Sweep(ctx context.Context) (int, error) {
-	ctx = r.nsctx(ctx)
-	r.mu.Lock()
-	r.swept = true // this sweep replaces the automatic one at first connect
-	r.mu.Unlock()
-	c, err := r.connect(ctx)
+func (e *Engine) Sweep(ctx context.Context) (int, error) {
+	ctx = e.nsctx(ctx)
+	e.mu.Lock()
+	e.swept = true // this sweep replaces the automatic one at first connect
+	e.mu.Unlock()
+	c, err := e.connect(ctx)
 	if err != nil {
 		return 0, err
 	}
-	return r.sweepCount(ctx, c)
+	return e.sweepCount(ctx, c)
 }
 
-func (r *Runtime) sweep(ctx context.Context, c *containerd.Client) error {
-	n, err := r.sweepCount(ctx, c)
+func (e *Engine) sweep(ctx context.Context, c *containerd.Client) error {
+	n, err := e.sweepCount(ctx, c)
 	if n > 0 {
-		r.log.Info("janitor: removed sandboxes left by an earlier server", "count", n, "instance", r.cfg.Instance)
+		e.log.Info("janitor: removed sandboxes left by an earlier server", "count", n, "instance", e.cfg.Instance)
 	}
 	return err
 }
@@ -61,8 +62,8 @@ func rootsFilter(instance, stateDir string) string {
 	return fmt.Sprintf("labels.%q==%q,labels.%q==%q", LabelRootfsInstance, instance, LabelState, stateDir)
 }
 
-func (r *Runtime) sweepCount(ctx context.Context, c *containerd.Client) (int, error) {
-	filter := OwnerFilter(r.cfg.Instance, r.cfg.StateDir)
+func (e *Engine) sweepCount(ctx context.Context, c *containerd.Client) (int, error) {
+	filter := OwnerFilter(e.cfg.Instance, e.cfg.StateDir)
 	containers, err := c.Containers(ctx, filter)
 	if err != nil {
 		return 0, fmt.Errorf("list sandboxes: %w", err)
@@ -70,7 +71,7 @@ func (r *Runtime) sweepCount(ctx context.Context, c *containerd.Client) (int, er
 	var errs []error
 	removed := 0
 	for _, ctr := range containers {
-		if err := r.removeSwept(ctx, ctr); err != nil {
+		if err := e.removeSwept(ctx, ctr); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -79,24 +80,24 @@ func (r *Runtime) sweepCount(ctx context.Context, c *containerd.Client) (int, er
 	// Snapshots whose container was never created (a crash in between).
 	// Shared roots (rootfs.go) are unmounted first; this runtime makes its
 	// own again when it next needs one. (Two filters: either matches.)
-	sn := c.SnapshotService(r.cfg.Snapshotter)
+	sn := c.SnapshotService(e.cfg.Snapshotter)
 	var orphans []snapshots.Info
 	err = sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
 		orphans = append(orphans, info)
 		return nil
-	}, filter, rootsFilter(r.cfg.Instance, r.cfg.StateDir))
+	}, filter, rootsFilter(e.cfg.Instance, e.cfg.StateDir))
 	if err != nil {
 		errs = append(errs, fmt.Errorf("list sandbox snapshots: %w", err))
 	}
-	r.forgetRoots()
+	e.forgetRoots()
 	for _, info := range orphans {
 		if dir, ok := isSharedRoot(info); ok {
 			// Only a root in a directory of this runtime's identity is
 			// unmounted (instanceRootfsDir: named for the instance and a
 			// hash of the state dir; under another --rootfs-dir if the dead
 			// runtime had one): a label alone is no proof of ownership.
-			if !r.ownsRootDir(dir) {
-				r.log.Warn("janitor: a shared root outside this runtime's rootfs dirs is left alone", "dir", dir, "view", info.Name)
+			if !e.ownsRootDir(dir) {
+				e.log.Warn("janitor: a shared root outside this runtime's rootfs dirs is left alone", "dir", dir, "view", info.Name)
 				continue
 			}
 			if err := unmountRoot(dir); err != nil {
@@ -108,44 +109,27 @@ func (r *Runtime) sweepCount(ctx context.Context, c *containerd.Client) (int, er
 			errs = append(errs, fmt.Errorf("remove snapshot %s: %w", info.Name, err))
 		}
 	}
-	// Per-run dirs: sources, build output and FIFOs of runs no server owns now.
-	// Only this instance's runtime writes under its StateDir.
-	runs := filepath.Join(r.cfg.StateDir, "runs")
-	entries, _ := os.ReadDir(runs)
-	for _, e := range entries {
-		if r.isLive(e.Name()) {
-			continue
-		}
-		// A pooled sandbox's ws/ is a mount point (maybe with a workspace
-		// view stacked on it): never removed recursively.
-		if err := removeRunDir(filepath.Join(runs, e.Name())); err != nil {
+	if e.cfg.OnSweep != nil {
+		if err := e.cfg.OnSweep(); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return removed, errors.Join(errs...)
 }
 
-// isLive reports whether a run directory belongs to a run in progress in
-// this process (a manual `sandpit gc` while serving must not pull it away).
-func (r *Runtime) isLive(id string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.live[id]
-}
-
 // removeSwept removes a container left by a dead server. Its shim may be
 // exiting as we sweep (sandpit-shim stops when its server dies): a call
 // that meets the shim's connection closing is retried until containerd has
 // cleaned up after the dead shim and lets the task go.
-func (r *Runtime) removeSwept(ctx context.Context, ctr containerd.Container) error {
-	return r.retryRemoval(ctx, shimGone, func() error { return r.removeContainer(ctx, ctr) })
+func (e *Engine) removeSwept(ctx context.Context, ctr containerd.Container) error {
+	return e.retryRemoval(ctx, shimGone, func() error { return e.removeContainer(ctx, ctr) })
 }
 
 // retryRemoval calls remove until it succeeds or fails in a way retryable
 // does not accept, for up to 10 s, while ctx lasts and the runtime is not
 // closing: containerd lets a dead shim's task go only once it has cleaned
 // up after that shim.
-func (r *Runtime) retryRemoval(ctx context.Context, retryable func(error) bool, remove func() error) error {
+func (e *Engine) retryRemoval(ctx context.Context, retryable func(error) bool, remove func() error) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		err := remove()
@@ -156,7 +140,7 @@ func (r *Runtime) retryRemoval(ctx context.Context, retryable func(error) bool, 
 		case <-time.After(100 * time.Millisecond):
 		case <-ctx.Done():
 			return err
-		case <-r.closing:
+		case <-e.closing:
 			return err
 		}
 	}
@@ -168,14 +152,14 @@ func shimGone(err error) bool {
 	return err != nil && strings.Contains(err.Error(), ttrpc.ErrClosed.Error())
 }
 
-func (r *Runtime) removeContainer(ctx context.Context, ctr containerd.Container) error {
+func (e *Engine) removeContainer(ctx context.Context, ctr containerd.Container) error {
 	if task, err := ctr.Task(ctx, nil); err == nil {
 		// WithKillAll is not needed: killing init takes the pid namespace down.
 		_ = task.Kill(ctx, syscall.SIGKILL)
 		if st, err := task.Wait(ctx); err == nil {
 			select {
 			case <-st:
-			case <-time.After(killGrace):
+			case <-time.After(engine.KillGrace):
 			}
 		}
 		if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
@@ -195,9 +179,9 @@ func (r *Runtime) removeContainer(ctx context.Context, ctr containerd.Container)
 // left in containerd. The caller sweeps those whose owner is dead (see
 // internal/instance), even when their dir is gone (a reboot empties /run,
 // containerd keeps its records).
-func (r *Runtime) OrphanStates(ctx context.Context, root string) ([]string, error) {
-	ctx = r.nsctx(ctx)
-	c, err := r.connect(ctx)
+func (e *Engine) OrphanStates(ctx context.Context, root string) ([]string, error) {
+	ctx = e.nsctx(ctx)
+	c, err := e.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +200,7 @@ func (r *Runtime) OrphanStates(ctx context.Context, root string) ([]string, erro
 			seen[labels[LabelState]] = true
 		}
 	}
-	err = c.SnapshotService(r.cfg.Snapshotter).Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+	err = c.SnapshotService(e.cfg.Snapshotter).Walk(ctx, func(_ context.Context, info snapshots.Info) error {
 		seen[info.Labels[LabelState]] = true
 		return nil
 	}, filter)

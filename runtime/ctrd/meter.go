@@ -1,4 +1,4 @@
-package runtime
+package ctrd
 
 import (
 	"bytes"
@@ -6,17 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-)
 
-// cgCounters are a sandbox's cgroup counters at one moment: what a
-// session's calls are measured by (differences), and what its listing
-// shows (current memory).
-type cgCounters struct {
-	cpuUserNS, cpuSysNS uint64
-	memCurrent, memPeak uint64
-	oomKills            uint64
-	pids                uint64
-}
+	"github.com/sandpit-dev/sandpit/runtime/engine"
+)
 
 // cgReader reads one cgroup's counters through descriptors it opened once:
 // a session's calls read them twice each, and opening a cgroup file costs
@@ -62,40 +54,40 @@ func (c *cgroupFS) open(path string) *cgReader {
 	return r
 }
 
-// counters reads them all; ok is false when the required ones cannot be
+// Read reads them all; ok is false when the required ones cannot be
 // read (the cgroup is gone, or the reader is nil).
-func (r *cgReader) counters() (k cgCounters, ok bool) {
+func (r *cgReader) Read() (k engine.Counters, ok bool) {
 	if r == nil {
 		return k, false
 	}
 	var buf [1024]byte
 	var errs [5]error
-	k.oomKills, errs[1] = preadKey(r.oom, buf[:], "oom_kill")
+	k.OOMKills, errs[1] = preadKey(r.oom, buf[:], "oom_kill")
 	if r.v1 {
-		k.memPeak, errs[2] = preadUint(r.memPeak, buf[:])
-		k.cpuUserNS, errs[3] = preadUint(r.user, buf[:])
-		k.cpuSysNS, errs[4] = preadUint(r.sys, buf[:])
+		k.MemPeak, errs[2] = preadUint(r.memPeak, buf[:])
+		k.CPUUserNS, errs[3] = preadUint(r.user, buf[:])
+		k.CPUSysNS, errs[4] = preadUint(r.sys, buf[:])
 	} else {
 		var user, sys uint64
 		user, errs[3] = preadKey(r.cpuStat, buf[:], "user_usec")
 		sys, errs[4] = preadKey(r.cpuStat, buf[:], "system_usec")
-		k.cpuUserNS, k.cpuSysNS = user*1000, sys*1000
-		k.memPeak, _ = preadUint(r.memPeak, buf[:])
+		k.CPUUserNS, k.CPUSysNS = user*1000, sys*1000
+		k.MemPeak, _ = preadUint(r.memPeak, buf[:])
 	}
 	for _, err := range errs {
 		if err != nil {
 			return k, false
 		}
 	}
-	k.memCurrent, _ = preadUint(r.memCurrent, buf[:]) // a session's listing only
-	k.pids, _ = preadUint(r.pids, buf[:])
+	k.MemCurrent, _ = preadUint(r.memCurrent, buf[:]) // a session's listing only
+	k.Pids, _ = preadUint(r.pids, buf[:])
 	return k, true
 }
 
-// resetPeak starts the cgroup's peak memory afresh, so that a session
+// ResetPeak starts the cgroup's peak memory afresh, so that a session
 // call's peak is its own (cgroup v1's max_usage_in_bytes; v2's memory.peak
 // is reset only per open file, so there a call reports the session's peak).
-func (r *cgReader) resetPeak() bool {
+func (r *cgReader) ResetPeak() bool {
 	if r == nil || !r.v1 || r.memPeak == nil {
 		return false
 	}
@@ -103,8 +95,8 @@ func (r *cgReader) resetPeak() bool {
 	return err == nil
 }
 
-// close closes the descriptors (the session ended); reads after it fail.
-func (r *cgReader) close() {
+// Close closes the descriptors (the session ended); reads after it fail.
+func (r *cgReader) Close() {
 	if r == nil {
 		return
 	}

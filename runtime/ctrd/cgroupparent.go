@@ -1,4 +1,4 @@
-package runtime
+package ctrd
 
 import (
 	"context"
@@ -22,20 +22,20 @@ import (
 // costs.
 
 // cgroupPath is the sandbox's cgroup, as in its spec's cgroupsPath.
-func (r *Runtime) cgroupPath(id string) string {
-	if r.cfg.CgroupParent != "" {
-		return path.Join("/", r.cfg.CgroupParent, id)
+func (e *Engine) cgroupPath(id string) string {
+	if e.cfg.CgroupParent != "" {
+		return path.Join("/", e.cfg.CgroupParent, id)
 	}
-	return "/" + r.cfg.Namespace + "/" + id
+	return "/" + e.cfg.Namespace + "/" + id
 }
 
 // withCgroupParent puts the sandbox's cgroup under CgroupParent; without
 // one, containerd's default spec already has /<namespace>/<id>. It must
 // come before the rootless fallback, which makes the path relative.
-func (r *Runtime) withCgroupParent() coci.SpecOpts {
+func (e *Engine) withCgroupParent() coci.SpecOpts {
 	return func(_ context.Context, _ coci.Client, c *containers.Container, s *coci.Spec) error {
-		if r.cfg.CgroupParent != "" && s.Linux != nil {
-			s.Linux.CgroupsPath = r.cgroupPath(c.ID)
+		if e.cfg.CgroupParent != "" && s.Linux != nil {
+			s.Linux.CgroupsPath = e.cgroupPath(c.ID)
 		}
 		return nil
 	}

@@ -1,4 +1,4 @@
-package runtime
+package ctrd
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/host"
+	"github.com/sandpit-dev/sandpit/runtime/engine"
 )
 
 // SystemAddress is where a distribution's containerd listens.
@@ -100,7 +101,7 @@ func Resolve(ctx context.Context, explicit string, d PrivateDaemon, start bool, 
 	}
 	if pid, alive := d.running(); alive || !start {
 		if !alive {
-			return priv, &UnavailableError{Address: priv, Err: errors.New("no system containerd answers and the private one is not running")}
+			return priv, &engine.UnavailableError{Address: priv, Err: errors.New("no system containerd answers and the private one is not running")}
 		}
 		// Slow (a loaded host, a GC or I/O stall), not gone: starting
 		// another would only fight it for its root and sockets.
@@ -119,7 +120,7 @@ func Resolve(ctx context.Context, explicit string, d PrivateDaemon, start bool, 
 // unavailable wraps err in an UnavailableError, keeping err's own hint (a
 // stuck daemon's pid, a missing binary) in front of the generic one.
 func unavailable(addr string, err error) error {
-	var u error = &UnavailableError{Address: addr, Err: err}
+	var u error = &engine.UnavailableError{Address: addr, Err: err}
 	if hint := sandpit.HintOf(err); hint != "" {
 		u = sandpit.WithHint(u, hint)
 	}

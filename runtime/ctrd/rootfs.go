@@ -1,4 +1,4 @@
-package runtime
+package ctrd
 
 import (
 	"context"
@@ -81,8 +81,8 @@ func (sr sharedRoot) present() bool {
 
 // rootfsOpts are the container options of a sandbox on image img: its
 // shared root, read-only. The caller holds no lock.
-func (r *Runtime) rootfsOpts(ctx context.Context, c *containerd.Client, img containerd.Image) (coci.SpecOpts, error) {
-	dir, err := r.sharedRootfs(ctx, c, img)
+func (e *Engine) rootfsOpts(ctx context.Context, c *containerd.Client, img containerd.Image) (coci.SpecOpts, error) {
+	dir, err := e.sharedRootfs(ctx, c, img)
 	if err != nil {
 		return nil, err
 	}
@@ -93,17 +93,17 @@ func (r *Runtime) rootfsOpts(ctx context.Context, c *containerd.Client, img cont
 }
 
 // sharedRootfs returns the mounted root of img, making it the first time.
-func (r *Runtime) sharedRootfs(ctx context.Context, c *containerd.Client, img containerd.Image) (string, error) {
-	r.rootMu.Lock()
-	defer r.rootMu.Unlock()
-	if sr, ok := r.roots[img.Name()]; ok {
+func (e *Engine) sharedRootfs(ctx context.Context, c *containerd.Client, img containerd.Image) (string, error) {
+	e.rootMu.Lock()
+	defer e.rootMu.Unlock()
+	if sr, ok := e.roots[img.Name()]; ok {
 		if sr.present() {
 			return sr.dir, nil
 		}
 		// Sandboxes already made keep the old one (their mount namespace
 		// holds it); new ones get a fresh view.
-		r.log.Warn("shared root lost; making it again", "dir", sr.dir, "image", img.Name())
-		delete(r.roots, img.Name())
+		e.log.Warn("shared root lost; making it again", "dir", sr.dir, "image", img.Name())
+		delete(e.roots, img.Name())
 	}
 	// Through the current client: img may come from one containerd lost
 	// since (its cache outlives a reconnection).
@@ -113,14 +113,14 @@ func (r *Runtime) sharedRootfs(ctx context.Context, c *containerd.Client, img co
 		return "", fmt.Errorf("image %s layers: %w", img.Name(), err)
 	}
 	chain := identity.ChainID(diffIDs).String()
-	sum := sha256.Sum256([]byte(r.cfg.StateDir + "\x00" + chain))
+	sum := sha256.Sum256([]byte(e.cfg.StateDir + "\x00" + chain))
 	name := hex.EncodeToString(sum[:8])
-	dir := filepath.Join(r.instanceRootfsDir(), name)
-	key := "sandpit-rootfs-" + r.cfg.Instance + "-" + name
+	dir := filepath.Join(e.instanceRootfsDir(), name)
+	key := "sandpit-rootfs-" + e.cfg.Instance + "-" + name
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return "", fmt.Errorf("shared root: %w", err)
 	}
-	sn := c.SnapshotService(r.cfg.Snapshotter)
+	sn := c.SnapshotService(e.cfg.Snapshotter)
 	// An earlier runtime of this instance (crashed, or swept meanwhile)
 	// may have left both.
 	unix.Unmount(dir, unix.MNT_DETACH)
@@ -128,8 +128,8 @@ func (r *Runtime) sharedRootfs(ctx context.Context, c *containerd.Client, img co
 		return "", fmt.Errorf("shared root: remove stale view %s: %w", key, err)
 	}
 	labels := map[string]string{
-		LabelRootfsInstance:     r.cfg.Instance,
-		LabelState:              r.cfg.StateDir,
+		LabelRootfsInstance:     e.cfg.Instance,
+		LabelState:              e.cfg.StateDir,
 		LabelRootfs:             dir,
 		"containerd.io/gc.root": time.Now().UTC().Format(time.RFC3339),
 	}
@@ -156,22 +156,22 @@ func (r *Runtime) sharedRootfs(ctx context.Context, c *containerd.Client, img co
 		sn.Remove(context.WithoutCancel(ctx), key)
 		return "", fmt.Errorf("shared root: %s: %w", dir, err)
 	}
-	r.roots[img.Name()] = sharedRoot{key: key, dir: dir, mnt: mnt}
+	e.roots[img.Name()] = sharedRoot{key: key, dir: dir, mnt: mnt}
 	return dir, nil
 }
 
 // instanceRootfsDir is this runtime's directory under RootfsDir: named for
 // the instance and its state dir, so that two runtimes never share one.
-func (r *Runtime) instanceRootfsDir() string {
-	sum := sha256.Sum256([]byte(r.cfg.StateDir))
-	return filepath.Join(r.cfg.RootfsDir, sanitize(r.cfg.Instance)+"-"+hex.EncodeToString(sum[:4]))
+func (e *Engine) instanceRootfsDir() string {
+	sum := sha256.Sum256([]byte(e.cfg.StateDir))
+	return filepath.Join(e.cfg.RootfsDir, sanitize(e.cfg.Instance)+"-"+hex.EncodeToString(sum[:4]))
 }
 
 // ownsRootDir says whether dir, a shared root's mount point, is one this
 // runtime's identity makes: <any rootfs dir>/<instanceRootfsDir's name>/<name>.
-func (r *Runtime) ownsRootDir(dir string) bool {
+func (e *Engine) ownsRootDir(dir string) bool {
 	dir = filepath.Clean(dir)
-	return filepath.IsAbs(dir) && filepath.Base(filepath.Dir(dir)) == filepath.Base(r.instanceRootfsDir())
+	return filepath.IsAbs(dir) && filepath.Base(filepath.Dir(dir)) == filepath.Base(e.instanceRootfsDir())
 }
 
 func sanitize(s string) string {
@@ -185,30 +185,30 @@ func sanitize(s string) string {
 
 // releaseRoots unmounts and removes the shared roots (Close: every sandbox
 // is gone).
-func (r *Runtime) releaseRoots(ctx context.Context, c *containerd.Client) {
-	r.rootMu.Lock()
-	roots := r.roots
-	r.roots = map[string]sharedRoot{}
-	r.rootMu.Unlock()
+func (e *Engine) releaseRoots(ctx context.Context, c *containerd.Client) {
+	e.rootMu.Lock()
+	roots := e.roots
+	e.roots = map[string]sharedRoot{}
+	e.rootMu.Unlock()
 	for _, sr := range roots {
 		if err := unmountRoot(sr.dir); err != nil {
-			r.log.Warn("shared root left mounted; the janitor retries", "dir", sr.dir, "err", err)
+			e.log.Warn("shared root left mounted; the janitor retries", "dir", sr.dir, "err", err)
 			continue
 		}
 		if c != nil {
-			if err := c.SnapshotService(r.cfg.Snapshotter).Remove(ctx, sr.key); err != nil && !errdefs.IsNotFound(err) {
-				r.log.Warn("shared root view not removed; the janitor retries", "key", sr.key, "err", err)
+			if err := c.SnapshotService(e.cfg.Snapshotter).Remove(ctx, sr.key); err != nil && !errdefs.IsNotFound(err) {
+				e.log.Warn("shared root view not removed; the janitor retries", "key", sr.key, "err", err)
 			}
 		}
 	}
-	os.Remove(r.instanceRootfsDir())
+	os.Remove(e.instanceRootfsDir())
 }
 
 // forgetRoots drops the cache after a sweep removed the views.
-func (r *Runtime) forgetRoots() {
-	r.rootMu.Lock()
-	r.roots = map[string]sharedRoot{}
-	r.rootMu.Unlock()
+func (e *Engine) forgetRoots() {
+	e.rootMu.Lock()
+	e.roots = map[string]sharedRoot{}
+	e.rootMu.Unlock()
 }
 
 // unmountRoot detaches a shared root and removes its mount point. Only a

@@ -1,4 +1,4 @@
-package runtime
+package ctrd
 
 import (
 	"errors"
@@ -41,8 +41,8 @@ func TestShimGone(t *testing.T) {
 // A janitor unmounts only shared roots whose directory is named for its
 // own identity (instance and state dir), wherever the rootfs dir was.
 func TestOwnsRootDir(t *testing.T) {
-	r := &Runtime{cfg: Config{Instance: "default", StateDir: "/srv/a/instances/default", RootfsDir: "/run/sandpit/rootfs"}}
-	other := &Runtime{cfg: Config{Instance: "default", StateDir: "/srv/b/instances/default", RootfsDir: "/run/sandpit/rootfs"}}
+	r := &Engine{cfg: Config{Instance: "default", StateDir: "/srv/a/instances/default", RootfsDir: "/run/sandpit/rootfs"}}
+	other := &Engine{cfg: Config{Instance: "default", StateDir: "/srv/b/instances/default", RootfsDir: "/run/sandpit/rootfs"}}
 	mine := filepath.Base(r.instanceRootfsDir())
 	tests := []struct {
 		name string

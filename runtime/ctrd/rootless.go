@@ -1,4 +1,4 @@
-package runtime
+package ctrd
 
 import (
 	"fmt"
@@ -167,12 +167,12 @@ func planFallback(cfg Config, cgroupsOK bool, reason string) fallback {
 }
 
 // fallback plans for this runtime's configuration on this host.
-func (r *Runtime) fallback() fallback {
-	if !r.cfg.Rootless {
+func (e *Engine) fallback() fallback {
+	if !e.cfg.Rootless {
 		return fallback{killAll: true}
 	}
-	d := r.delegation()
-	f := planFallback(r.cfg, d.ok, d.reason)
+	d := e.delegation()
+	f := planFallback(e.cfg, d.ok, d.reason)
 	if d.ok {
 		// runc resolves a relative path under the delegated parent.
 		f.opts = append(f.opts, oci.WithRelativeCgroupsPath())
@@ -184,36 +184,25 @@ func (r *Runtime) fallback() fallback {
 // delegation probes once per runtime where a rootless containerd's
 // sandboxes get their cgroups; a daemon that did not answer is asked again
 // next time.
-func (r *Runtime) delegation() delegation {
-	r.delegMu.Lock()
-	defer r.delegMu.Unlock()
-	if r.deleg != nil {
-		return *r.deleg
+func (e *Engine) delegation() delegation {
+	e.delegMu.Lock()
+	defer e.delegMu.Unlock()
+	if e.deleg != nil {
+		return *e.deleg
 	}
-	d := probeDelegation(r.cfg.Address)
+	d := probeDelegation(e.cfg.Address)
 	if d.final {
-		r.deleg = &d
-		r.log.Info("rootless cgroups", "enforced", d.ok, "reason", d.reason)
+		e.deleg = &d
+		e.log.Info("rootless cgroups", "enforced", d.ok, "reason", d.reason)
 	}
 	return d
 }
 
-// checkLimits refuses to run when limits cannot be enforced and the
-// operator did not opt in: sandpit never runs code silently unbounded.
-func (r *Runtime) checkLimits() error { return r.fallback().err }
-
-// unenforced lists the limits a Result must report as not enforced.
-func (r *Runtime) unenforced() []string { return r.fallback().unenforced }
-
-// fallbackOpts are the spec options that replace unenforceable cgroup
-// limits; they must follow the process options.
-func (r *Runtime) fallbackOpts() []coci.SpecOpts { return r.fallback().opts }
-
 // killOpts are the options for the SIGKILL at a timeout. WithKillAll needs
 // the sandbox's cgroup; without one, killing init takes down its pid
 // namespace and everything in it.
-func (r *Runtime) killOpts() []containerd.KillOpts {
-	if r.fallback().killAll {
+func (e *Engine) killOpts() []containerd.KillOpts {
+	if e.fallback().killAll {
 		return []containerd.KillOpts{containerd.WithKillAll}
 	}
 	return nil

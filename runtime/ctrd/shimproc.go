@@ -1,4 +1,4 @@
-package runtime
+package ctrd
 
 import (
 	"context"
@@ -40,9 +40,6 @@ const (
 	ShimDaemonBinary  = "sandpit-shim"
 	ShimInitBinary    = "sandpit-shim-init"
 )
-
-// ErrShimDied: the shim serving a sandbox exited while it was in use.
-var ErrShimDied = sandpit.Define(sandpit.ErrUnavailable, "the sandbox shim died")
 
 // UsesShim reports whether sandboxes run under sandpit's own shim.
 func (c *Config) UsesShim() bool {
@@ -118,32 +115,32 @@ func (s *shimProc) exitError(cause error) error {
 }
 
 // shimRoot is the state dir of the runtime's shim.
-func (r *Runtime) shimRoot() string { return filepath.Join(r.cfg.StateDir, "shim") }
+func (e *Engine) shimRoot() string { return filepath.Join(e.cfg.StateDir, "shim") }
 
 // ensureShim returns the running shim, starting one when there is none or
 // the last one died. A fresh shim destroys what a dead one left in its root
 // before it serves.
-func (r *Runtime) ensureShim() (*shimProc, error) {
-	r.shimMu.Lock()
-	defer r.shimMu.Unlock()
-	if s := r.shim; s != nil && !s.exited() {
+func (e *Engine) ensureShim() (*shimProc, error) {
+	e.shimMu.Lock()
+	defer e.shimMu.Unlock()
+	if s := e.shim; s != nil && !s.exited() {
 		return s, nil
 	}
 	select {
-	case <-r.closing:
+	case <-e.closing:
 		return nil, fmt.Errorf("%w: the runtime is closing", ErrUnavailable)
 	default:
 	}
-	s, err := r.startShim()
+	s, err := e.startShim()
 	if err != nil {
 		return nil, err
 	}
-	r.shim = s
+	e.shim = s
 	return s, nil
 }
 
-func (r *Runtime) startShim() (_ *shimProc, retErr error) {
-	root := r.shimRoot()
+func (e *Engine) startShim() (_ *shimProc, retErr error) {
+	root := e.shimRoot()
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("shim state dir: %w", err)
 	}
@@ -182,17 +179,17 @@ func (r *Runtime) startShim() (_ *shimProc, retErr error) {
 	}
 	defer readyR.Close()
 	args := []string{
-		"-namespace", r.cfg.Namespace,
-		"-ttrpc-address", r.cfg.Address + ".ttrpc",
+		"-namespace", e.cfg.Namespace,
+		"-ttrpc-address", e.cfg.Address + ".ttrpc",
 		"-root", root,
-		"-seccomp-loader", filepath.Join(r.cfg.ShimDir, ShimRuntimeBinary),
+		"-seccomp-loader", filepath.Join(e.cfg.ShimDir, ShimRuntimeBinary),
 	}
-	if p, ok := r.cfg.ShimInit(); ok {
+	if p, ok := e.cfg.ShimInit(); ok {
 		args = append(args, "-init", p)
 	} else {
-		r.log.Warn("each sandbox's init runs from sandpit-shim itself, ≈ 1.5 ms slower to create: "+ShimInitBinary+" is not in the shim dir (scripts/build.sh builds it)", "shim_dir", r.cfg.ShimDir)
+		e.log.Warn("each sandbox's init runs from sandpit-shim itself, ≈ 1.5 ms slower to create: "+ShimInitBinary+" is not in the shim dir (scripts/build.sh builds it)", "shim_dir", e.cfg.ShimDir)
 	}
-	cmd := exec.Command(filepath.Join(r.cfg.ShimDir, ShimDaemonBinary), args...)
+	cmd := exec.Command(filepath.Join(e.cfg.ShimDir, ShimDaemonBinary), args...)
 	cmd.Dir = root
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = pr, logf, logf
 	cmd.ExtraFiles = []*os.File{lf, readyW}
@@ -209,17 +206,17 @@ func (r *Runtime) startShim() (_ *shimProc, retErr error) {
 	go func() {
 		s.err = cmd.Wait()
 		close(s.done)
-		r.shimMu.Lock()
+		e.shimMu.Lock()
 		report := s.ready && !s.stopping
-		r.shimMu.Unlock()
+		e.shimMu.Unlock()
 		if report {
-			r.log.Error("sandpit-shim died; runs in it are lost, a fresh one starts with the next sandbox", "pid", s.pid, "err", s.err, "log", filepath.Join(root, "shim.log"))
-			r.shimDied(s)
+			e.log.Error("sandpit-shim died; runs in it are lost, a fresh one starts with the next sandbox", "pid", s.pid, "err", s.err, "log", filepath.Join(root, "shim.log"))
+			e.shimDied(s)
 		}
 	}()
-	if r.cfg.ShimCgroup != "" {
-		if err := moveToCgroup(s.pid, r.cfg.ShimCgroup); err != nil {
-			r.log.Warn("sandpit-shim stays in sandpit's cgroup", "err", err)
+	if e.cfg.ShimCgroup != "" {
+		if err := moveToCgroup(s.pid, e.cfg.ShimCgroup); err != nil {
+			e.log.Warn("sandpit-shim stays in sandpit's cgroup", "err", err)
 		}
 	}
 	// Wait for it to serve: it writes one byte; EOF alone means it died.
@@ -234,24 +231,24 @@ func (r *Runtime) startShim() (_ *shimProc, retErr error) {
 		return nil, fmt.Errorf("%s did not start: %w (see %s)", ShimDaemonBinary, err, filepath.Join(root, "shim.log"))
 	}
 	s.ready = true // under shimMu, held by ensureShim
-	r.log.Debug("started sandpit-shim", "pid", s.pid, "socket", sock)
+	e.log.Debug("started sandpit-shim", "pid", s.pid, "socket", sock)
 	return s, nil
 }
 
-// shimDied drops the pooled sandboxes the dead shim held and starts a
+// shimDied has the orchestration drop the pooled sandboxes the dead shim held and starts a
 // fresh shim at once, which destroys what the dead one left (its
 // containers still run). A shim that dies right after it started is not
 // restarted eagerly: the next sandbox tries again.
-func (r *Runtime) shimDied(s *shimProc) {
+func (e *Engine) shimDied(s *shimProc) {
 	if time.Since(s.started) > shimStartTimeout {
-		r.background(func() {
-			if _, err := r.ensureShim(); err != nil {
-				r.log.Warn("cannot start a fresh sandpit-shim", "err", err)
+		e.background(func() {
+			if _, err := e.ensureShim(); err != nil {
+				e.log.Warn("cannot start a fresh sandpit-shim", "err", err)
 			}
 		})
 	}
-	for _, p := range r.pools {
-		p.flush()
+	if e.cfg.OnLost != nil {
+		e.cfg.OnLost()
 	}
 }
 
@@ -261,14 +258,14 @@ const shimStartTimeout = 20 * time.Second
 
 // stopShim ends the shim once every sandbox is deleted: it kills and
 // deletes whatever it still holds when its stdin closes.
-func (r *Runtime) stopShim() {
-	r.shimMu.Lock()
-	s := r.shim
-	r.shim = nil
+func (e *Engine) stopShim() {
+	e.shimMu.Lock()
+	s := e.shim
+	e.shim = nil
 	if s != nil {
 		s.stopping = true
 	}
-	r.shimMu.Unlock()
+	e.shimMu.Unlock()
 	if s == nil {
 		return
 	}
@@ -276,7 +273,7 @@ func (r *Runtime) stopShim() {
 	select {
 	case <-s.done:
 	case <-time.After(10 * time.Second):
-		r.log.Warn("sandpit-shim did not exit 10 s after its owner closed it; killing it", "pid", s.pid)
+		e.log.Warn("sandpit-shim did not exit 10 s after its owner closed it; killing it", "pid", s.pid)
 		syscall.Kill(s.pid, syscall.SIGKILL)
 		<-s.done
 	}
@@ -286,16 +283,16 @@ func (r *Runtime) stopShim() {
 // runtimeOpts registers the sandbox's runtime with containerd: the runc
 // shim by name, or sandpit's shim by the absolute path of its runtime
 // binary, with the address of the shim to use.
-func (r *Runtime) runtimeOpts(ctx context.Context) (containerd.NewContainerOpts, *shimProc, error) {
-	if !r.cfg.UsesShim() {
-		return r.runcOptions(), nil, nil
+func (e *Engine) runtimeOpts(ctx context.Context) (containerd.NewContainerOpts, *shimProc, error) {
+	if !e.cfg.UsesShim() {
+		return e.runcOptions(), nil, nil
 	}
-	s, err := r.ensureShim()
+	s, err := e.ensureShim()
 	if err != nil {
 		return nil, nil, err
 	}
-	return containerd.WithRuntime(filepath.Join(r.cfg.ShimDir, ShimRuntimeBinary), &options.Options{
-		BinaryName:     r.cfg.RuncBinary,
+	return containerd.WithRuntime(filepath.Join(e.cfg.ShimDir, ShimRuntimeBinary), &options.Options{
+		BinaryName:     e.cfg.RuncBinary,
 		Root:           filepath.Join(s.root, "runc"),
 		TaskApiAddress: "unix://" + s.sock,
 	}), s, nil
@@ -343,9 +340,9 @@ func shimLost(s *shimProc, err error) error {
 // the task once it has run its dead-shim clean-up (the runtime binary's
 // delete), and only then lets the container go. The fresh shim destroys
 // the container's processes and state.
-func (r *Runtime) removeAfterShimDied(ctx context.Context, id string) {
+func (e *Engine) removeAfterShimDied(ctx context.Context, id string) {
 	anyError := func(error) bool { return true }
-	if err := r.retryRemoval(ctx, anyError, func() error { return r.removeOnce(ctx, id) }); err != nil {
-		r.log.Warn("sandbox of a dead shim not removed; the janitor will", "id", id, "err", err)
+	if err := e.retryRemoval(ctx, anyError, func() error { return e.removeOnce(ctx, id) }); err != nil {
+		e.log.Warn("sandbox of a dead shim not removed; the janitor will", "id", id, "err", err)
 	}
 }

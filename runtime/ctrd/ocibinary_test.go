@@ -1,4 +1,4 @@
-package runtime
+package ctrd
 
 import (
 	"errors"
@@ -74,7 +74,7 @@ func TestNewRefusesRuntimeBinaryTheShimIgnores(t *testing.T) {
 		t.Run(tt.runtime+"/"+tt.bin, func(t *testing.T) {
 			r, err := New(Config{
 				Address: "/nonexistent/containerd.sock", RuntimeName: tt.runtime, RuncBinary: tt.bin,
-				ShimDir: shimDir, StateDir: t.TempDir(), Languages: DefaultLanguages("x"),
+				ShimDir: shimDir, StateDir: t.TempDir(),
 			})
 			if err == nil {
 				r.Close()
