@@ -30,9 +30,11 @@
 # Measured (2 cores shared with another engineer's container tests, build
 # under nice 10): cold build (empty module and build caches for these
 # modules) 4m05s wall, 6m10s user + 1m18s sys CPU, 39 MB etcd + 119 MB
-# kube-apiserver; build when cached 5 ms. up -> /readyz 200: 2.7-3.7 s
-# (etcd ~0.3 s, apiserver the rest); down 1.2-1.4 s; killing the owner
-# stops everything within ~2.3 s (the watcher polls each second).
+# kube-apiserver; build when cached 5 ms. Warm up -> /readyz 200: 2.7-4.6 s
+# (certificates 0.3 s, etcd healthy ~1 s, apiserver ready ~2.4 s); down
+# 1.2-1.4 s; killing the owner (even the test binary, SIGKILL, midway
+# through up) stops everything within 2.3-4.4 s (the watcher polls each
+# second).
 #
 # Both are built from the Go module proxy into a cache outside the checkout:
 # $SANDPIT_TOOLS_DIR, default /var/cache/sandpit/tools as root, else
@@ -82,7 +84,7 @@ build() {
 	exec 9>"$moddir/.lock"
 	flock 9
 	if ! built; then
-		echo "k8s.sh: building kube-apiserver $k8s and etcd $etcd into $moddir (cold: 10-20 minutes)" >&2
+		echo "k8s.sh: building kube-apiserver $k8s and etcd $etcd into $moddir (cold: about 4 minutes on two cores)" >&2
 		local start=$SECONDS
 		mkdir -p "$bindir"
 		build_etcd
