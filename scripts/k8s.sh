@@ -50,6 +50,8 @@
 #     large resource version").
 set -euo pipefail
 export PATH="/usr/local/go/bin:$PATH"
+# A go.work above the cache must not take the wrapper modules in.
+export GOWORK=off
 k8s=v1.37.2
 staging=v0.37.2
 etcd=v3.6.16
