@@ -98,7 +98,7 @@ build() {
 	echo "$bindir"
 }
 
-# go runs the go command at a lower priority: a cold build takes minutes of
+# gonice runs the go command at a lower priority: a cold build takes minutes of
 # both cores, and tests may be running next to it.
 gonice() {
 	nice -n 10 go "$@"
@@ -381,8 +381,10 @@ up() {
 		*) die "unknown option $1" ;;
 		esac
 	done
-	if [ -n "$owner" ] && [ -z "$(starttime "$owner")" ]; then
-		die "owner $owner is not a running process"
+	local ownerstart=
+	if [ -n "$owner" ]; then
+		ownerstart=$(starttime "$owner")
+		[ -n "$ownerstart" ] || die "owner $owner is not a running process"
 	fi
 	build >/dev/null
 	mkdir -p "$dir"
@@ -396,17 +398,13 @@ up() {
 	local start=$SECONDS
 	umask 077
 	# Whatever fails or is interrupted from here on leaves nothing running.
-	trap 'down "$dir"' EXIT
+	# shellcheck disable=SC2064 # $dir now, not at exit
+	trap "down $(printf %q "$dir")" EXIT
 	if [ -n "$owner" ]; then
 		# A watcher, started first, that takes the control plane down
 		# when its owner is gone, even when the owner was killed midway
-		# through this up. It becomes `down` itself (exec: same pid), so
-		# that down knows not to stop it; any other down stops it first.
-		local self
-		self=$(readlink -f "$0")
-		# shellcheck disable=SC2016 # expanded by the watcher's shell
-		setsid bash -c 'while [ -e "/proc/$1" ]; do sleep 1; done; exec "$2" down "$3"' \
-			k8s-owner "$owner" "$self" "$dir" \
+		# through this up.
+		setsid "$(readlink -f "$0")" _watch "$dir" "$owner" "$ownerstart" \
 			</dev/null >>"$dir/watcher.log" 2>&1 &
 		record "$dir" watcher $! || die "the owner watcher did not start"
 	fi
@@ -447,6 +445,18 @@ stop_one() {
 	rm -f "$dir/$name.pid"
 }
 
+# watch (the watcher up starts) waits until process $2 with start time $3
+# is gone, then runs down DIR. down (from here or elsewhere) stops the
+# watcher, except this one.
+watch() {
+	local dir=$1 owner=$2 ownerstart=$3
+	while [ "$(starttime "$owner")" = "$ownerstart" ]; do
+		sleep 1
+	done
+	echo "k8s.sh: owner $owner is gone: down $dir" >&2
+	down "$dir"
+}
+
 down() {
 	local dir=${1:-}
 	[ -n "$dir" ] || die "usage: $0 down DIR"
@@ -455,8 +465,8 @@ down() {
 	# test's cleanup runs another.
 	exec 8>>"$dir/.down.lock"
 	flock 8
-	# The watcher first, so it does not start a down of its own; then the
-	# apiserver before the etcd it writes to.
+	# The watcher first (unless this is it), so it does not start a down
+	# of its own; then the apiserver before the etcd it writes to.
 	stop_one "$dir" watcher
 	stop_one "$dir" kube-apiserver
 	stop_one "$dir" etcd
@@ -471,6 +481,10 @@ up)
 	up "$@"
 	;;
 down) down "${2:-}" ;;
+_watch)
+	shift
+	watch "$@"
+	;;
 *)
 	echo "usage: $0 build | up DIR [--owner PID] | down DIR" >&2
 	exit 2
