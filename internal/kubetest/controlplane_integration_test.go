@@ -10,10 +10,12 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -21,7 +23,7 @@ import (
 
 // TestControlPlane starts a real control plane and checks what sandpit's
 // cluster parts will rely on: optimistic concurrency on a Lease (a node
-// agent's registration), a CRD that becomes Established and serves (the
+// agent's registration), a watch from "now" (what etcd 3.4 breaks), a CRD that becomes Established and serves (the
 // front door's placement records), that a request without a client
 // certificate or with one that RBAC grants nothing is refused — and that
 // after the test's cleanup none of its processes is left.
@@ -31,6 +33,7 @@ func TestControlPlane(t *testing.T) {
 		c := Start(t)
 		procs = c.Processes
 		t.Run("lease", func(t *testing.T) { testLease(t, c) })
+		t.Run("watch", func(t *testing.T) { testWatch(t, c) })
 		t.Run("crd", func(t *testing.T) { testCRD(t, c) })
 		t.Run("unauthenticated", func(t *testing.T) { testRefused(t, c) })
 	})
@@ -105,6 +108,56 @@ func testLease(t *testing.T, c *Cluster) {
 	if h := now.Spec.HolderIdentity; h == nil || *h != holder || now.ResourceVersion != renewed.ResourceVersion {
 		t.Fatalf("after the refused update the Lease is held by %v at %s, want %s at %s",
 			h, now.ResourceVersion, holder, renewed.ResourceVersion)
+	}
+}
+
+// testWatch watches Leases without a resourceVersion ("from now") after
+// another kind of object changed, and sees a Lease created after the watch
+// started. With etcd 3.4 such a watch fails ("Timeout: Too large resource
+// version: 210, current: 64"): the apiserver waits for its Lease cache to
+// catch up with etcd's latest revision, which without etcd's progress
+// notifications it never does while no Lease changes.
+func testWatch(t *testing.T, c *Cluster) {
+	ctx := t.Context()
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ConfigMaps(metav1.NamespaceDefault).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "not-a-lease"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create a ConfigMap: %v", err)
+	}
+	leases := cs.CoordinationV1().Leases(metav1.NamespaceDefault)
+	w, err := leases.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=sandpit-node-w"})
+	if err != nil {
+		t.Fatalf("watch Leases: %v", err)
+	}
+	defer w.Stop()
+	holder := "node-w"
+	if _, err := leases.Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "sandpit-node-w"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create the Lease: %v", err)
+	}
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("the watch ended before the Lease's ADDED event")
+			}
+			l, isLease := ev.Object.(*coordinationv1.Lease)
+			if ev.Type == watch.Added && isLease && l.Name == "sandpit-node-w" {
+				return
+			}
+			if ev.Type == watch.Error {
+				t.Fatalf("the watch failed: %v", apierrors.FromObject(ev.Object))
+			}
+		case <-timeout:
+			t.Fatal("no ADDED event for the Lease within 30s")
+		}
 	}
 }
 
