@@ -216,7 +216,9 @@ func testCRD(t *testing.T, c *Cluster) {
 	t.Logf("CRD Established %v after its creation", time.Since(start).Round(time.Millisecond))
 
 	// It serves, and its schema holds: a placement record is stored, one
-	// without a node is refused.
+	// without a node is refused. (A create within 2 s of Established
+	// sleeps 2 s in the apiserver, by design — for HA apiservers that have
+	// not seen the CRD yet — so this first one takes 2 s.)
 	ws := dyn.Resource(wsGVR).Namespace(metav1.NamespaceDefault)
 	obj := func(name string, spec map[string]any) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{
