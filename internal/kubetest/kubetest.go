@@ -169,9 +169,12 @@ func Start(t testing.TB) *Cluster {
 			t.Fatalf("after up: %v", err)
 		}
 		f := strings.Fields(string(b))
+		if len(f) != 2 {
+			t.Fatalf("%s.pid holds %q, not PID STARTTIME", name, b)
+		}
 		pid, err := strconv.Atoi(f[0])
-		if len(f) != 2 || err != nil {
-			t.Fatalf("%s.pid holds %q", name, b)
+		if err != nil {
+			t.Fatalf("%s.pid holds %q, not PID STARTTIME", name, b)
 		}
 		c.Processes = append(c.Processes, Process{Name: name, PID: pid, StartTime: f[1]})
 	}
