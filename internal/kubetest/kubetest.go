@@ -1,0 +1,244 @@
+// Package kubetest starts a private, real Kubernetes control plane for
+// tests of sandpit's cluster parts (node agents that register with Leases,
+// a front door that records workspace placement in a CRD): an etcd and a
+// kube-apiserver built from the Go module proxy and run by scripts/k8s.sh,
+// nothing mocked, so admission, RBAC, optimistic concurrency, watches and
+// CRDs behave as in production.
+//
+// Only etcd and kube-apiserver run: no controller manager, scheduler or
+// kubelet. So nothing creates a namespace's "default" ServiceAccount,
+// collects garbage, or runs a Pod; a test that needs such an object makes
+// it itself. The apiserver listens on 127.0.0.1 (TLS, client certificates,
+// authorization Node,RBAC, default admission plugins); everything else
+// lives in the test's temporary directory, and the processes go when the
+// test ends, or when the test binary dies (scripts/k8s.sh up --owner).
+//
+// The first Start on a machine builds both binaries (scripts/k8s.sh build,
+// cached outside the checkout per version: about 4 minutes on two cores,
+// 7.5 minutes of CPU); later ones start a control plane in about 3 s.
+// SANDPIT_K8S_TEST=0 skips the tests that need a control plane, saying so;
+// otherwise a control plane that cannot be built or started fails them.
+package kubetest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Cluster is one running control plane.
+type Cluster struct {
+	// Dir holds its state, certificates, logs (etcd.log,
+	// kube-apiserver.log) and pid files.
+	Dir string
+	// Kubeconfig is the path of an admin kubeconfig: a client
+	// certificate in group system:masters, which RBAC lets do anything.
+	Kubeconfig string
+	// NobodyKubeconfig authenticates as user "sandpit-nobody", in no
+	// group and bound to no role: what an authenticated stranger may do.
+	NobodyKubeconfig string
+	// APIServer is the apiserver's URL, https://127.0.0.1:PORT.
+	APIServer string
+	// Config is the admin kubeconfig as a client-go config.
+	Config *rest.Config
+	// Processes are what scripts/k8s.sh up started: etcd,
+	// kube-apiserver and the watcher that stops them if the test binary
+	// dies.
+	Processes []Process
+}
+
+// Process is one process that up started, told apart from a later one
+// with the same pid by its start time.
+type Process struct {
+	Name      string
+	PID       int
+	StartTime string // field 22 of /proc/PID/stat
+}
+
+// Running reports whether p is still running: its pid is a live process
+// (not a zombie) with p's start time.
+func (p Process) Running() bool {
+	st, ok := startTime(p.PID)
+	return ok && st == p.StartTime
+}
+
+// startTime returns the start time of live process pid.
+func startTime(pid int) (string, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", false
+	}
+	// The fields after the command name, which is in parentheses and may
+	// hold anything: state (field 3) first, start time is field 22.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return "", false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
+		return "", false
+	}
+	return f[19], true
+}
+
+// Running returns those of c's processes that still run.
+func (c *Cluster) Running() []Process {
+	var r []Process
+	for _, p := range c.Processes {
+		if p.Running() {
+			r = append(r, p)
+		}
+	}
+	return r
+}
+
+// Patience bounds a build (a cold one took 4 minutes on two busy cores;
+// far more leaves room for a slow module proxy and a loaded machine) and,
+// separately, an up or a down.
+const (
+	buildPatience = 45 * time.Minute
+	upPatience    = 5 * time.Minute
+)
+
+// Start builds (once per machine) and starts a control plane in a
+// temporary directory of t, stopped by t's cleanup. It fails t when that
+// cannot be done, and skips t, saying why, only when SANDPIT_K8S_TEST=0.
+func Start(t testing.TB) *Cluster {
+	t.Helper()
+	if os.Getenv("SANDPIT_K8S_TEST") == "0" {
+		t.Skip("SANDPIT_K8S_TEST=0: skipping the tests against a real Kubernetes control plane (scripts/k8s.sh)")
+	}
+	script, err := Script()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := run(buildPatience, script, "build"); err != nil {
+		t.Fatalf("scripts/k8s.sh build: %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Logf("scripts/k8s.sh build took %v", d.Round(time.Second))
+	}
+
+	dir := t.TempDir()
+	c := &Cluster{Dir: dir}
+	// Registered before up: an up that fails halfway stops what it
+	// started itself, and a down of nothing is no error.
+	t.Cleanup(func() {
+		if _, err := run(upPatience, script, "down", dir); err != nil {
+			t.Errorf("scripts/k8s.sh down %s: %v", dir, err)
+		}
+		for _, p := range c.Running() {
+			t.Errorf("%s (pid %d) still runs after scripts/k8s.sh down", p.Name, p.PID)
+		}
+	})
+	start = time.Now()
+	out, err := run(upPatience, script, "up", dir, "--owner", strconv.Itoa(os.Getpid()))
+	if err != nil {
+		t.Fatalf("scripts/k8s.sh up: %v", err)
+	}
+	t.Logf("control plane up in %v", time.Since(start).Round(time.Millisecond))
+	vars := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			vars[k] = v
+		}
+	}
+	c.Kubeconfig, c.APIServer = vars["KUBECONFIG"], vars["APISERVER"]
+	if c.Kubeconfig == "" || c.APIServer == "" {
+		t.Fatalf("scripts/k8s.sh up printed %q: no KUBECONFIG= and APISERVER=", out)
+	}
+	c.NobodyKubeconfig = filepath.Join(dir, "nobody.kubeconfig")
+	for _, name := range []string{"etcd", "kube-apiserver", "watcher"} {
+		b, err := os.ReadFile(filepath.Join(dir, name+".pid"))
+		if err != nil {
+			t.Fatalf("after up: %v", err)
+		}
+		f := strings.Fields(string(b))
+		if len(f) != 2 {
+			t.Fatalf("%s.pid holds %q, not PID STARTTIME", name, b)
+		}
+		pid, err := strconv.Atoi(f[0])
+		if err != nil {
+			t.Fatalf("%s.pid holds %q, not PID STARTTIME", name, b)
+		}
+		c.Processes = append(c.Processes, Process{Name: name, PID: pid, StartTime: f[1]})
+	}
+	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
+		t.Fatalf("the kubeconfig up wrote: %v", err)
+	}
+	return c
+}
+
+// run runs script with args and returns its standard output. Its standard
+// error is passed on to the test binary's (logs, and a cold build's
+// progress) and quoted in the error. The script runs in a process group of
+// its own, killed whole at the deadline.
+func run(patience time.Duration, script string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, script, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	// A daemon that kept the pipes open would hold Output; up gives them
+	// other files, so this is only a backstop.
+	cmd.WaitDelay = 10 * time.Second
+	var stderr tail
+	cmd.Stderr = io.MultiWriter(os.Stderr, &stderr)
+	out, err := cmd.Output()
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (no end within %v)", err, patience)
+		}
+		return out, fmt.Errorf("%w\n%s", err, stderr.String())
+	}
+	return out, nil
+}
+
+// tail keeps the last 16 KiB written to it.
+type tail struct{ b []byte }
+
+func (w *tail) Write(p []byte) (int, error) {
+	w.b = append(w.b, p...)
+	if n := len(w.b) - 16<<10; n > 0 {
+		w.b = append(w.b[:0], w.b[n:]...)
+	}
+	return len(p), nil
+}
+
+func (w *tail) String() string { return string(w.b) }
+
+// Script returns the path of scripts/k8s.sh in the checkout: the first
+// directory up from the working directory (a test runs in its package's)
+// that holds sandpit's go.mod.
+func Script() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil &&
+			bytes.HasPrefix(b, []byte("module github.com/sandpit-dev/sandpit\n")) {
+			return filepath.Join(dir, "scripts", "k8s.sh"), nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no sandpit checkout (go.mod of github.com/sandpit-dev/sandpit) above the working directory")
+		}
+		dir = parent
+	}
+}
