@@ -1,0 +1,254 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/kubetest"
+)
+
+const ns = "sandpit"
+
+// clients are a separate connection each: a node agent, a front door
+// replica, as separate processes would have.
+func clients(t *testing.T, cfg *rest.Config) (kubernetes.Interface, dynamic.Interface) {
+	t.Helper()
+	cfg = Tune(rest.CopyConfig(cfg))
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kube, dyn
+}
+
+func agent(t *testing.T, cfg *rest.Config, node string, d time.Duration) *Agent {
+	t.Helper()
+	kube, _ := clients(t, cfg)
+	a := &Agent{Client: kube, Namespace: ns, Node: node, Endpoint: "https://" + node + ".test:8443", Duration: d}
+	if err := a.Start(t.Context()); err != nil {
+		t.Fatalf("agent %s: %v", node, err)
+	}
+	return a
+}
+
+func placer(t *testing.T, cfg *rest.Config) *Placer {
+	kube, dyn := clients(t, cfg)
+	return &Placer{Kube: kube, Dynamic: dyn, Namespace: ns}
+}
+
+// run renews a's Lease until the returned stop is called (a dead agent
+// is one whose renewals stopped without a release).
+func run(t *testing.T, a *Agent) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("agent %s: %v", a.Node, err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// TestPlacementOnARealAPIServer: node agents' Leases, placement records,
+// two front doors racing, a lapsed Lease, a drain and a release, against
+// a real kube-apiserver and etcd (scripts/k8s.sh) with the CRD from
+// scripts/kubernetes/crd.yaml.
+func TestPlacementOnARealAPIServer(t *testing.T) {
+	c := kubetest.Start(t)
+	c.Namespace(t, ns)
+	c.Apply(t, kubetest.RepoFile(t, "scripts/kubernetes/crd.yaml"), ns)
+	ctx := t.Context()
+
+	p := placer(t, c.Config)
+	if _, err := p.Place(ctx, "early"); !errors.Is(err, ErrNoNodes) || !errors.Is(err, sandpit.ErrUnavailable) || !strings.Contains(sandpit.Describe(err), "sandpit node") {
+		t.Fatalf("placing with no node: %v, want ErrNoNodes (class unavailable) with a hint", err)
+	}
+
+	a := agent(t, c.Config, "node-a", 3*time.Second)
+	stopA := run(t, a)
+	b := agent(t, c.Config, "node-b", time.Minute)
+	run(t, b)
+
+	t.Run("one agent per node name", func(t *testing.T) {
+		kube, _ := clients(t, c.Config)
+		dup := &Agent{Client: kube, Namespace: ns, Node: "node-b", Endpoint: "https://elsewhere:1"}
+		err := dup.Start(ctx)
+		if err == nil || !strings.Contains(err.Error(), "held by another agent") {
+			t.Fatalf("a second agent for a live node: %v, want refused", err)
+		}
+	})
+
+	t.Run("spread over live nodes", func(t *testing.T) {
+		count := map[string]int{}
+		for i := range 6 {
+			pl, err := p.Place(ctx, fmt.Sprintf("spread-%d", i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pl.Endpoint != "https://"+pl.Node+".test:8443" {
+				t.Errorf("placement %+v: endpoint not the node's", pl)
+			}
+			count[pl.Node]++
+		}
+		if count["node-a"] != 3 || count["node-b"] != 3 {
+			t.Errorf("6 tenants over 2 empty nodes: %v, want 3 each", count)
+		}
+		// Placed is placed: asking again changes nothing.
+		for i := range 6 {
+			again, err := p.Place(ctx, fmt.Sprintf("spread-%d", i))
+			if err != nil || again.Moved {
+				t.Errorf("placing spread-%d again: %+v, %v", i, again, err)
+			}
+		}
+	})
+
+	t.Run("two front doors racing place each tenant once", func(t *testing.T) {
+		p1, p2 := placer(t, c.Config), placer(t, c.Config)
+		const tenants = 16
+		var wg sync.WaitGroup
+		got := make([][2]Placement, tenants)
+		errs := make(chan error, 2*tenants)
+		for i := range tenants {
+			for j, pp := range []*Placer{p1, p2} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					pl, err := pp.Place(ctx, fmt.Sprintf("race-%d", i))
+					if err != nil {
+						errs <- err
+					}
+					got[i][j] = pl
+				}()
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		_, dyn := clients(t, c.Config)
+		for i := range tenants {
+			if got[i][0].Node != got[i][1].Node {
+				t.Errorf("race-%d placed on %s by one front door and %s by the other", i, got[i][0].Node, got[i][1].Node)
+			}
+			obj, err := dyn.Resource(WorkspaceGVR).Namespace(ns).Get(ctx, objectName(fmt.Sprintf("race-%d", i)), metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("race-%d: no placement record: %v", i, err)
+			}
+			if node := obj.Object["spec"].(map[string]any)["node"]; node != got[i][0].Node {
+				t.Errorf("race-%d: record says %v, the front doors %s", i, node, got[i][0].Node)
+			}
+		}
+	})
+
+	t.Run("a lapsed lease moves its tenants", func(t *testing.T) {
+		before, err := p.Place(ctx, "spread-0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if before.Node != "node-a" {
+			t.Fatalf("spread-0 is on %s, want node-a (the first placed)", before.Node)
+		}
+		stopA() // renewals stop, the Lease stays: a dead node
+		died := time.Now()
+		var after Placement
+		for {
+			after, err = p.Place(ctx, "spread-0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if after.Node != "node-a" {
+				break
+			}
+			if time.Since(died) > 2*time.Minute {
+				t.Fatalf("spread-0 still on node-a %v after its agent stopped renewing a 3 s lease", time.Since(died))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("failover: renewals stopped → placement moved after %v (lease 3 s, renewals every 1 s)", time.Since(died).Round(time.Millisecond))
+		if !after.Moved || after.From != "node-a" || after.Node != "node-b" || !strings.Contains(after.Reason, "lapsed") {
+			t.Errorf("after node-a died: %+v, want moved from node-a to node-b because its lease lapsed", after)
+		}
+		// The move is recorded once: the next call just finds it.
+		again, err := p.Place(ctx, "spread-0")
+		if err != nil || again.Moved || again.Node != "node-b" {
+			t.Errorf("placing spread-0 after the move: %+v, %v", again, err)
+		}
+	})
+
+	t.Run("drain moves tenants and takes no new ones; stop releases", func(t *testing.T) {
+		cnode := agent(t, c.Config, "node-c", time.Minute)
+		run(t, cnode)
+		if err := b.Drain(ctx); err != nil {
+			t.Fatal(err)
+		}
+		pl, err := p.Place(ctx, "spread-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pl.Node != "node-c" || !pl.Moved || !strings.Contains(pl.Reason, "draining") {
+			t.Errorf("a tenant of the draining node-b: %+v, want moved to node-c because node-b drains", pl)
+		}
+		for i := range 3 {
+			pl, err := p.Place(ctx, fmt.Sprintf("new-%d", i))
+			if err != nil || pl.Node != "node-c" {
+				t.Errorf("new tenant while node-b drains: %+v, %v; want node-c", pl, err)
+			}
+		}
+		if err := cnode.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		kube, _ := clients(t, c.Config)
+		nodes, err := Nodes(ctx, kube, ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes {
+			if n.Name == "node-c" {
+				t.Errorf("node-c's lease is still there after Stop: %+v", n)
+			}
+		}
+		if _, err := p.Place(ctx, "new-0"); !errors.Is(err, ErrNoNodes) {
+			t.Errorf("node-a dead, node-b draining, node-c stopped: %v, want ErrNoNodes", err)
+		}
+	})
+
+	t.Run("a client without rights is refused", func(t *testing.T) {
+		cfg, err := clientcmd.BuildConfigFromFlags("", c.NobodyKubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kube, dyn := clients(t, cfg)
+		err = (&Agent{Client: kube, Namespace: ns, Node: "intruder", Endpoint: "https://x:1"}).Start(ctx)
+		if !apierrors.IsForbidden(errors.Unwrap(err)) {
+			t.Errorf("an agent without rights: %v, want Forbidden", err)
+		}
+		_, err = (&Placer{Kube: kube, Dynamic: dyn, Namespace: ns}).Place(ctx, "spread-2")
+		if !apierrors.IsForbidden(errors.Unwrap(err)) {
+			t.Errorf("a front door without rights: %v, want Forbidden", err)
+		}
+	})
+}

@@ -1,0 +1,178 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/sandpit-dev/sandpit"
+)
+
+// Placer places tenants' workspaces on nodes. Any number of Placers (front
+// door replicas) may place at once: each placement is one SandpitWorkspace
+// object, created or updated at the resourceVersion the Placer read, so
+// concurrent placements of one tenant converge on the record the API
+// server accepted.
+type Placer struct {
+	Kube      kubernetes.Interface
+	Dynamic   dynamic.Interface
+	Namespace string
+	// Now is the clock Leases are judged by (time.Now when nil).
+	Now func() time.Time
+}
+
+// Placement is where a tenant's workspace lives.
+type Placement struct {
+	Tenant   string
+	Node     string
+	Endpoint string
+	// Moved is set when this call moved the workspace: From is the node it
+	// left and Reason why (its Lease lapsed, it drains).
+	Moved  bool
+	From   string
+	Reason string
+}
+
+// maxAttempts bounds the re-reads after conflicts: each one means another
+// writer made progress.
+const maxAttempts = 8
+
+// Place returns the tenant's node, placing the workspace on the live node
+// with the fewest workspaces when it has none, or when its node's Lease
+// lapsed or the node drains.
+func (p *Placer) Place(ctx context.Context, tenant string) (Placement, error) {
+	if tenant == "" {
+		return Placement{}, fmt.Errorf("%w: no tenant to place", sandpit.ErrInvalidArgument)
+	}
+	objs := p.Dynamic.Resource(WorkspaceGVR).Namespace(p.Namespace)
+	name := objectName(tenant)
+	for range maxAttempts {
+		nodes, err := Nodes(ctx, p.Kube, p.Namespace)
+		if err != nil {
+			return Placement{}, err
+		}
+		now := p.now()
+		cur, err := objs.Get(ctx, name, metav1.GetOptions{})
+		found := err == nil
+		if err != nil && !apierrors.IsNotFound(err) {
+			return Placement{}, fmt.Errorf("read placement of %q: %w", tenant, err)
+		}
+		if found {
+			at, _, _ := unstructured.NestedString(cur.Object, "spec", "node")
+			if n, ok := find(nodes, at); ok && n.Live(now) && !n.Draining {
+				return Placement{Tenant: tenant, Node: n.Name, Endpoint: n.Endpoint}, nil
+			}
+		}
+		target, err := p.choose(ctx, nodes, now)
+		if err != nil {
+			return Placement{}, err
+		}
+		if !found {
+			obj := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": WorkspaceGVR.GroupVersion().String(),
+				"kind":       WorkspaceKind,
+				"metadata":   map[string]any{"name": name},
+				"spec": map[string]any{
+					"tenant": tenant, "node": target.Name, "placedAt": now.UTC().Format(time.RFC3339),
+				},
+			}}
+			_, err := objs.Create(ctx, obj, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				continue // another front door placed it: read theirs
+			}
+			if err != nil {
+				return Placement{}, fmt.Errorf("record placement of %q: %w", tenant, err)
+			}
+			return Placement{Tenant: tenant, Node: target.Name, Endpoint: target.Endpoint}, nil
+		}
+		from, _, _ := unstructured.NestedString(cur.Object, "spec", "node")
+		reason := movedWhy(nodes, from, now)
+		next := cur.DeepCopy()
+		spec := map[string]any{
+			"tenant": tenant, "node": target.Name, "placedAt": now.UTC().Format(time.RFC3339),
+			"previousNode": from, "reason": reason,
+		}
+		if err := unstructured.SetNestedMap(next.Object, spec, "spec"); err != nil {
+			return Placement{}, err
+		}
+		_, err = objs.Update(ctx, next, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			continue // another front door moved (or removed) it: read again
+		}
+		if err != nil {
+			return Placement{}, fmt.Errorf("record placement of %q: %w", tenant, err)
+		}
+		return Placement{Tenant: tenant, Node: target.Name, Endpoint: target.Endpoint, Moved: true, From: from, Reason: reason}, nil
+	}
+	return Placement{}, fmt.Errorf("place %q: %w after %d attempts", tenant, errConflict, maxAttempts)
+}
+
+// choose is the live, not draining node with the fewest workspaces (ties:
+// the first by name).
+func (p *Placer) choose(ctx context.Context, nodes []Node, now time.Time) (Node, error) {
+	var live []Node
+	for _, n := range nodes {
+		if n.Live(now) && !n.Draining {
+			live = append(live, n)
+		}
+	}
+	if len(live) == 0 {
+		return Node{}, sandpit.WithHint(fmt.Errorf("%w: %d node agents registered, none live and not draining", ErrNoNodes, len(nodes)),
+			"start `sandpit node` on a host (the DaemonSet in scripts/kubernetes/), or wait for a restarting one")
+	}
+	list, err := p.Dynamic.Resource(WorkspaceGVR).Namespace(p.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return Node{}, fmt.Errorf("count placements: %w", err)
+	}
+	count := map[string]int{}
+	for _, o := range list.Items {
+		n, _, _ := unstructured.NestedString(o.Object, "spec", "node")
+		count[n]++
+	}
+	slices.SortFunc(live, func(a, b Node) int {
+		if d := count[a.Name] - count[b.Name]; d != 0 {
+			return d
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return live[0], nil
+}
+
+// movedWhy says why a workspace leaves node from.
+func movedWhy(nodes []Node, from string, now time.Time) string {
+	n, ok := find(nodes, from)
+	switch {
+	case from == "":
+		return "it had no node"
+	case !ok:
+		return fmt.Sprintf("node %s is gone (its lease was released)", from)
+	case n.Draining:
+		return fmt.Sprintf("node %s is draining", from)
+	default:
+		return fmt.Sprintf("node %s's lease lapsed at %s", from, n.Expires.UTC().Format(time.RFC3339))
+	}
+}
+
+func find(nodes []Node, name string) (Node, bool) {
+	for _, n := range nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return Node{}, false
+}
+
+func (p *Placer) now() time.Time {
+	if p.Now != nil {
+		return p.Now()
+	}
+	return time.Now()
+}
