@@ -45,6 +45,7 @@ func serveCommand() *cli.Command {
 		&cli.IntFlag{Name: "max-background", Value: mcp.DefaultMaxBackground, Usage: fmt.Sprintf("background runs in flight at once (at most %d; 0: off)", mcp.MaxBackgroundLimit)},
 	)
 	flags = append(flags, httpFlags()...)
+	flags = append(flags, clusterFlags()...)
 	flags = append(flags, tenantFlags()...)
 	flags = append(flags, packageFlags()...)
 	return &cli.Command{
@@ -57,6 +58,12 @@ func serveCommand() *cli.Command {
 			}
 			if err := checkHTTPFlags(c); err != nil {
 				return err
+			}
+			if err := checkClusterFlags(c); err != nil {
+				return err
+			}
+			if c.Bool("cluster") {
+				return serveFrontDoor(c) // no sandbox here: no instance, no runtime
 			}
 			in, err := acquireInstance(c)
 			if err != nil {

@@ -107,29 +107,8 @@ func serveHTTP(c *cli.Context, rt *runtime.Runtime, in *instance.Instance, base 
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
-	// The host as given (0.0.0.0 stays 0.0.0.0), the port as bound (for
-	// port 0).
-	host, _, _ := net.SplitHostPort(c.String("listen"))
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	fc := front.Config{
-		Addr:           net.JoinHostPort(host, port),
-		TLSCert:        c.String("tls-cert"),
-		TLSKey:         c.String("tls-key"),
-		InsecureHTTP:   c.Bool("insecure-http"),
-		InsecureNoAuth: c.Bool("insecure-no-auth"),
-		PublicURL:      c.String("public-url"),
-		AllowedOrigins: c.StringSlice("allow-origin"),
-		AllowedHosts:   c.StringSlice("allow-host"),
-		Tenants:        ts,
-		SessionIdle:    c.Duration("http-session-idle"),
-		Limits: front.Limits{
-			MaxBodyBytes:         int64(c.Int("max-message-mb")) << 20,
-			MaxConns:             c.Int("max-connections"),
-			MaxSessionsPerTenant: c.Int("tenant-max-http-sessions"),
-			MaxStreamsPerTenant:  c.Int("tenant-max-streams"),
-		},
-		Logger: slog.Default(),
-	}
+	fc := frontConfig(c, ln)
+	fc.Tenants = ts
 	// The OAuth audience is the front's resource URL, known once the
 	// front is made: the authenticator is set in between.
 	late := &lateAuth{}
@@ -179,6 +158,22 @@ func serveHTTP(c *cli.Context, rt *runtime.Runtime, in *instance.Instance, base 
 			return err
 		}
 	}
+	if c.String("cluster-node") != "" {
+		// A node: calls front doors forward act for the tenant the front
+		// door proved, beside this server's own tokens.
+		secret, err := auth.ReadClusterSecret(c.String("cluster-secret-file"))
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		late.a = auth.Chain(auth.NewFrontDoor(secret), late.a)
+		stopNode, err := nodeAgent(ctx, c, f.PublicURL(), cancel)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer stopNode()
+	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
@@ -205,6 +200,33 @@ func serveHTTP(c *cli.Context, rt *runtime.Runtime, in *instance.Instance, base 
 	}
 	slog.Info("HTTP server stopped; closing tenants")
 	return err
+}
+
+// frontConfig is the front's configuration from serve's flags, listening
+// on ln.
+func frontConfig(c *cli.Context, ln net.Listener) front.Config {
+	// The host as given (0.0.0.0 stays 0.0.0.0), the port as bound (for
+	// port 0).
+	host, _, _ := net.SplitHostPort(c.String("listen"))
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return front.Config{
+		Addr:           net.JoinHostPort(host, port),
+		TLSCert:        c.String("tls-cert"),
+		TLSKey:         c.String("tls-key"),
+		InsecureHTTP:   c.Bool("insecure-http"),
+		InsecureNoAuth: c.Bool("insecure-no-auth"),
+		PublicURL:      c.String("public-url"),
+		AllowedOrigins: c.StringSlice("allow-origin"),
+		AllowedHosts:   c.StringSlice("allow-host"),
+		SessionIdle:    c.Duration("http-session-idle"),
+		Limits: front.Limits{
+			MaxBodyBytes:         int64(c.Int("max-message-mb")) << 20,
+			MaxConns:             c.Int("max-connections"),
+			MaxSessionsPerTenant: c.Int("tenant-max-http-sessions"),
+			MaxStreamsPerTenant:  c.Int("tenant-max-streams"),
+		},
+		Logger: slog.Default(),
+	}
 }
 
 // lateAuth is an authenticator set after the front is made; nothing is

@@ -85,6 +85,13 @@ type Config struct {
 
 	// Tenants gives each tenant's MCP server.
 	Tenants TenantSource
+	// Forward, when set, serves every MCP request instead of a tenant's
+	// server here, once the checks above passed (Host, Origin,
+	// authentication, the tenant's stream bound, the body's size, the
+	// call's scope): a cluster's front door forwards it to the tenant's
+	// node. The request's context carries the auth.Principal; the body was
+	// read and is replayable. Tenants is not used then.
+	Forward http.Handler
 
 	// Pages, when set, serves every path that is not MCP's or the OAuth
 	// metadata's (the dashboard), after the Host and Origin checks. It
@@ -223,7 +230,7 @@ func New(cfg Config) (*Front, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Tenants == nil {
+	if cfg.Tenants == nil && cfg.Forward == nil {
 		return nil, fmt.Errorf("front: no tenant source: %w", sandpit.ErrInvalidArgument)
 	}
 	host, port, err := net.SplitHostPort(cfg.Addr)

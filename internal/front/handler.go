@@ -119,6 +119,10 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.ContentLength = int64(len(body))
 	}
 	r = r.WithContext(auth.WithPrincipal(r.Context(), p))
+	if f.cfg.Forward != nil {
+		f.cfg.Forward.ServeHTTP(w, r)
+		return
+	}
 
 	switch r.URL.Path {
 	case pathMCP:

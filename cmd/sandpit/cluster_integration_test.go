@@ -1,0 +1,212 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sandpit-dev/sandpit/internal/cluster"
+	"github.com/sandpit-dev/sandpit/internal/kubetest"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
+)
+
+// serviceAccountKubeconfig writes a kubeconfig that acts as the service
+// account name of namespace sandpit (the admin impersonates it), so the
+// server using it has exactly the rights scripts/kubernetes/rbac.yaml
+// grants.
+func serviceAccountKubeconfig(t *testing.T, c *kubetest.Cluster, name string) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(c.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range cfg.AuthInfos {
+		a.Impersonate = "system:serviceaccount:sandpit:" + name
+	}
+	p := filepath.Join(t.TempDir(), name+".kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestClusterEndToEnd: a front door and two node agents (sandpit serve
+// processes, each with its own state, sharing the tenants' data dir as
+// nodes share a volume) against a real kube-apiserver, each with the
+// rights of its service account in scripts/kubernetes/rbac.yaml. An MCP
+// client talks only to the front door: its calls run on the node its
+// workspace is placed on; when that node dies (SIGKILL), its next
+// session lands on the other node with the workspace as it was; nodes
+// refuse callers without the cluster's secret.
+func TestClusterEndToEnd(t *testing.T) {
+	c := kubetest.Start(t)
+	c.Namespace(t, "sandpit")
+	c.Apply(t, kubetest.RepoFile(t, "scripts/kubernetes/crd.yaml"), "sandpit")
+	c.Apply(t, kubetest.RepoFile(t, "scripts/kubernetes/rbac.yaml"), "sandpit")
+	nodeKC, frontKC := serviceAccountKubeconfig(t, c, "sandpit-node"), serviceAccountKubeconfig(t, c, "sandpit-front")
+
+	secret := filepath.Join(t.TempDir(), "cluster-secret")
+	b := make([]byte, 32)
+	rand.Read(b)
+	if err := os.WriteFile(secret, []byte(hex.EncodeToString(b)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	shared := filepath.Join(t.TempDir(), "shared-data")
+	nodeFlags := func(name string) []string {
+		return []string{"--cluster-node", name, "--cluster-secret-file", secret, "--kubeconfig", nodeKC,
+			"--cluster-lease", "3s", "--no-dashboard", "--pool", "1"}
+	}
+	stateA := filepath.Join(t.TempDir(), "state-a")
+	t.Cleanup(func() {
+		// node-a is killed below: its sandboxes are swept by gc.
+		if out, err := exec.Command(binPath, "gc", "--address", testenv.Containerd(t), "--no-start", "--state-dir", stateA).CombinedOutput(); err != nil {
+			t.Errorf("sandpit gc after the test: %v\n%s", err, out)
+		}
+	})
+	nodeA := startHTTPWith(t, httpOpts{data: shared, state: stateA}, nodeFlags("node-a")...)
+	frontData := filepath.Join(t.TempDir(), "front")
+	tok := token(t, frontData, "alice")
+	front := startHTTPWith(t, httpOpts{data: frontData}, "--cluster", "--cluster-secret-file", secret, "--kubeconfig", frontKC)
+
+	alice := httpClient(t, front.url, tok)
+	r := runResult(t, call(t, alice, "run_code", map[string]any{"language": "python", "code": "open('note.txt','w').write('placed'); print(6*7)"}))
+	if r.Stdout != "42\n" {
+		t.Fatalf("run_code through the front door: %+v", r)
+	}
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := dyn.Resource(cluster.WorkspaceGVR).Namespace("sandpit").List(t.Context(), metav1.ListOptions{})
+	if err != nil || len(list.Items) != 1 {
+		t.Fatalf("placements after alice's first call: %v, %v; want one", list, err)
+	}
+	if n, _, _ := unstructured.NestedString(list.Items[0].Object, "spec", "node"); n != "node-a" {
+		t.Fatalf("alice placed on %q, want node-a (the only node)", n)
+	}
+
+	t.Run("nodes refuse callers without the cluster secret", func(t *testing.T) {
+		body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
+		for name, h := range map[string]map[string]string{
+			"no credentials":               {"X-Sandpit-Tenant": "alice"},
+			"the tenant's own front token": {"Authorization": "Bearer " + tok, "X-Sandpit-Tenant": "alice"},
+			"a forged secret":              {"Authorization": "Bearer " + strings.Repeat("ab", 32), "X-Sandpit-Tenant": "alice"},
+		} {
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, nodeA.url, bytes.NewBufferString(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			for k, v := range h {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized {
+				t.Errorf("%s: node answered %d, want 401", name, resp.StatusCode)
+			}
+		}
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, front.url, bytes.NewBufferString(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Sandpit-Tenant", "alice")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("front door without a token: %d, want 401", resp.StatusCode)
+		}
+	})
+
+	// A second node, then node-a dies without a word.
+	startHTTPWith(t, httpOpts{data: shared}, nodeFlags("node-b")...)
+	nodeA.cmd.Process.Kill()
+	<-nodeA.exited
+	died := time.Now()
+
+	// The client's session lived on node-a: a new one (what an MCP client
+	// does after its session is gone) lands on node-b once node-a's lease
+	// lapsed, with the workspace as it was.
+	var moved *mcpgo.CallToolResult
+	for moved == nil {
+		if time.Since(died) > 2*time.Minute {
+			t.Fatalf("no call succeeded through the front door %v after node-a died", time.Since(died))
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), testenv.Patience)
+		res, err := tryCall(ctx, front.url, tok, "run_code", map[string]any{"language": "python", "code": "print(open('note.txt').read())"})
+		cancel()
+		if err == nil && !res.IsError {
+			moved = res
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("failover: node-a killed → first successful call through the front door after %v (lease 3 s, placement cache %v)",
+		time.Since(died).Round(time.Millisecond), cluster.DefaultCacheFor)
+	if r := runResult(t, moved); r.Stdout != "placed\n" {
+		t.Errorf("alice's workspace after the move: %+v, want the file written on node-a", r)
+	}
+	obj, err := dyn.Resource(cluster.WorkspaceGVR).Namespace("sandpit").Get(t.Context(), list.Items[0].GetName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _, _ := unstructured.NestedStringMap(obj.Object, "spec")
+	if spec["node"] != "node-b" || spec["previousNode"] != "node-a" || !strings.Contains(spec["reason"], "lapsed") {
+		t.Errorf("placement after node-a died: %v, want node-b, moved from node-a because its lease lapsed", spec)
+	}
+}
+
+// tryCall makes a fresh MCP session through url and calls tool once.
+func tryCall(ctx context.Context, url, token, tool string, args map[string]any) (*mcpgo.CallToolResult, error) {
+	cl, err := newHTTPClient(ctx, url, token)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	var req mcpgo.CallToolRequest
+	req.Params.Name = tool
+	req.Params.Arguments = args
+	res, err := cl.CallTool(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", tool, err)
+	}
+	return res, nil
+}
+
+// newHTTPClient is httpClient that returns its error.
+func newHTTPClient(ctx context.Context, url, token string) (*client.Client, error) {
+	c, err := client.NewStreamableHttpClient(url, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Start(ctx); err != nil {
+		return nil, err
+	}
+	var init mcpgo.InitializeRequest
+	init.Params.ProtocolVersion = mcpgo.LATEST_PROTOCOL_VERSION
+	init.Params.ClientInfo = mcpgo.Implementation{Name: "sandpit-cluster-e2e", Version: "1"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("initialize: %w", err)
+	}
+	return c, nil
+}
