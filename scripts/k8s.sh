@@ -56,9 +56,11 @@ export GOWORK=off
 k8s=v1.37.2
 staging=v0.37.2
 etcd=v3.6.16
+containerd=v2.4.2
+runc=v1.3.7
 # Bump rev when the build recipe changes without a version changing.
-rev=1
-key=k8s-$k8s-etcd-$etcd-r$rev
+rev=2
+key=k8s-$k8s-etcd-$etcd-containerd-$containerd-runc-$runc-r$rev
 
 if [ "$(id -u)" -eq 0 ]; then
 	tools=${SANDPIT_TOOLS_DIR:-/var/cache/sandpit/tools}
@@ -73,8 +75,14 @@ die() {
 	exit 1
 }
 
+# What build makes, in $bindir (the CNI plugin in $bindir/cni).
+binaries="etcd kube-apiserver kubelet kube-scheduler containerd containerd-shim-runc-v2 ctr runc pause pause.tar cni/sandpit-report"
+
 built() {
-	[ -x "$bindir/kube-apiserver" ] && [ -x "$bindir/etcd" ]
+	local b
+	for b in $binaries; do
+		[ -f "$bindir/$b" ] || return 1
+	done
 }
 
 build() {
@@ -87,11 +95,14 @@ build() {
 	exec 9>"$moddir/.lock"
 	flock 9
 	if ! built; then
-		echo "k8s.sh: building kube-apiserver $k8s and etcd $etcd into $moddir (cold: about 4 minutes on two cores)" >&2
+		echo "k8s.sh: building etcd $etcd, kube-apiserver, kubelet and kube-scheduler $k8s, containerd $containerd, runc $runc into $moddir (cold: about 15 minutes on two cores)" >&2
 		local start=$SECONDS
 		mkdir -p "$bindir"
 		build_etcd
-		build_apiserver
+		build_kubernetes
+		build_containerd
+		build_runc
+		build_node_bits
 		echo "k8s.sh: built in $((SECONDS - start))s" >&2
 	fi
 	flock -u 9
@@ -119,8 +130,8 @@ build_etcd() {
 	)
 }
 
-build_apiserver() {
-	[ -x "$bindir/kube-apiserver" ] && return
+build_kubernetes() {
+	[ -x "$bindir/kube-apiserver" ] && [ -x "$bindir/kubelet" ] && [ -x "$bindir/kube-scheduler" ] && return
 	local m=$moddir/kubernetes-mod
 	mkdir -p "$m"
 	(
@@ -138,7 +149,10 @@ build_apiserver() {
 			go mod edit -replace "$name=$name@$staging" >&2
 		done
 		[ "$(grep -c "=> k8s.io/.* $staging" go.mod)" -ge 30 ] || die "too few staging replaces found in $gomod"
-		go mod edit -tool k8s.io/kubernetes/cmd/kube-apiserver >&2
+		local cmd
+		for cmd in kube-apiserver kubelet kube-scheduler; do
+			go mod edit -tool "k8s.io/kubernetes/cmd/$cmd" >&2
+		done
 		gonice mod tidy >&2
 		local ld="-s -w"
 		local p
@@ -149,10 +163,137 @@ build_apiserver() {
 			ld="$ld -X $p.gitMinor=$(echo "$k8s" | cut -d. -f2) -X $p.gitTreeState=clean"
 			ld="$ld -X $p.buildDate=1970-01-01T00:00:00Z"
 		done
-		CGO_ENABLED=0 gonice build -trimpath -ldflags "$ld" -o "$bindir/kube-apiserver.tmp" \
-			k8s.io/kubernetes/cmd/kube-apiserver >&2
-		mv "$bindir/kube-apiserver.tmp" "$bindir/kube-apiserver"
+		for cmd in kube-apiserver kubelet kube-scheduler; do
+			[ -x "$bindir/$cmd" ] && continue
+			CGO_ENABLED=0 gonice build -trimpath -ldflags "$ld" -o "$bindir/$cmd.tmp" \
+				"k8s.io/kubernetes/cmd/$cmd" >&2
+			mv "$bindir/$cmd.tmp" "$bindir/$cmd"
+		done
 	)
+}
+
+# build_containerd: containerd, its runc shim and ctr, with `go install
+# PKG@VERSION` (containerd's own go.mod, which has no replace: no wrapper
+# needed). no_btrfs: no btrfs headers on these machines, no btrfs here.
+build_containerd() {
+	[ -x "$bindir/containerd" ] && [ -x "$bindir/containerd-shim-runc-v2" ] && [ -x "$bindir/ctr" ] && return
+	local tmp=$moddir/containerd.tmp m=github.com/containerd/containerd/v2
+	rm -rf "$tmp"
+	mkdir -p "$tmp"
+	GOBIN=$tmp CGO_ENABLED=0 gonice install -trimpath -tags no_btrfs \
+		-ldflags "-s -w -X $m/version.Version=$containerd -X $m/version.Revision=proxy" \
+		"$m/cmd/containerd@$containerd" "$m/cmd/containerd-shim-runc-v2@$containerd" "$m/cmd/ctr@$containerd" >&2
+	mv "$tmp"/* "$bindir/"
+	rmdir "$tmp"
+}
+
+# build_runc: runc with cgo and libseccomp (the seccomp tag: without it
+# runc refuses every Pod's RuntimeDefault profile), dynamically linked
+# against the host's libseccomp2 (libseccomp-dev to build).
+build_runc() {
+	[ -x "$bindir/runc" ] && return
+	[ -f /usr/include/seccomp.h ] || die "runc needs libseccomp's headers: apt-get install libseccomp-dev (scripts/install-deps.sh)"
+	local tmp=$moddir/runc.tmp
+	rm -rf "$tmp"
+	mkdir -p "$tmp"
+	GOBIN=$tmp CGO_ENABLED=1 gonice install -trimpath -tags seccomp \
+		-ldflags "-s -w -X main.version=${runc#v} -X main.gitCommit=proxy" \
+		"github.com/opencontainers/runc@$runc" >&2
+	mv "$tmp/runc" "$bindir/runc"
+	rmdir "$tmp"
+}
+
+# build_node_bits: the two small programs of our own a node needs.
+#   cni/sandpit-report: a CNI plugin that configures nothing and reports an
+#     eth0 with an address from 192.0.2.0/24 (TEST-NET-1). containerd
+#     refuses a result without an interface address, and sets up the Pod's
+#     lo itself: a Pod has lo and nothing else.
+#   pause (and pause.tar, a docker-archive image of it): the Pod sandbox's
+#     process, static C; it reaps children and exits on SIGINT/SIGTERM.
+build_node_bits() {
+	local src=$moddir/node-src
+	mkdir -p "$src/cni" "$bindir/cni"
+	if [ ! -x "$bindir/cni/sandpit-report" ]; then
+		cat >"$src/cni/main.go" <<'GO'
+// sandpit-report is a CNI plugin that configures nothing: ADD reports an
+// eth0 with an address from 192.0.2.0/24 (TEST-NET-1) derived from the
+// container id; every other command succeeds and says nothing.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"os"
+)
+
+func main() {
+	conf, _ := io.ReadAll(os.Stdin)
+	var c struct {
+		CNIVersion string `json:"cniVersion"`
+	}
+	_ = json.Unmarshal(conf, &c)
+	switch os.Getenv("CNI_COMMAND") {
+	case "ADD":
+		h := fnv.New32a()
+		h.Write([]byte(os.Getenv("CNI_CONTAINERID")))
+		fmt.Printf(`{"cniVersion":%q,"interfaces":[{"name":"eth0","sandbox":%q}],"ips":[{"address":"192.0.2.%d/24","interface":0}]}`,
+			c.CNIVersion, os.Getenv("CNI_NETNS"), h.Sum32()%253+1)
+	case "VERSION":
+		fmt.Print(`{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0","1.1.0"]}`)
+	}
+}
+GO
+		(
+			cd "$src/cni"
+			[ -f go.mod ] || go mod init sandpit.local/cni-report >&2
+			CGO_ENABLED=0 gonice build -trimpath -ldflags "-s -w" -o "$bindir/cni/sandpit-report.tmp" . >&2
+		)
+		mv "$bindir/cni/sandpit-report.tmp" "$bindir/cni/sandpit-report"
+	fi
+	if [ ! -f "$bindir/pause.tar" ]; then
+		cat >"$src/pause.c" <<'C'
+/* The Pod sandbox's process: waits, reaps, exits 0 on SIGINT/SIGTERM. */
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void quit(int sig) { (void)sig; _exit(0); }
+static void reap(int sig) { (void)sig; while (waitpid(-1, 0, WNOHANG) > 0) ; }
+
+int main(void) {
+	signal(SIGINT, quit);
+	signal(SIGTERM, quit);
+	signal(SIGCHLD, reap);
+	for (;;)
+		pause();
+}
+C
+		nice -n 10 gcc -static -Os -s -o "$bindir/pause.tmp" "$src/pause.c" >&2
+		mv "$bindir/pause.tmp" "$bindir/pause"
+		pause_image "$bindir/pause" "$bindir/pause.tar.tmp"
+		mv "$bindir/pause.tar.tmp" "$bindir/pause.tar"
+	fi
+}
+
+# The sandbox image every Pod's pause runs from: imported, never pulled
+# (pinned in containerd's CRI config, so the kubelet's image GC keeps it).
+pauseimage=sandpit.test/pause:1
+
+# pause_image packs binary $1 as /pause into docker-archive $2: one layer,
+# a config with its diff id, a manifest.json naming $pauseimage.
+pause_image() {
+	local t diff
+	t=$(mktemp -d)
+	mkdir -p "$t/root"
+	cp "$1" "$t/root/pause"
+	tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$t/root" -cf "$t/layer.tar" pause
+	diff=$(sha256sum "$t/layer.tar" | cut -d' ' -f1)
+	printf '%s\n' '{"architecture":"amd64","os":"linux","config":{"Entrypoint":["/pause"],"User":"65535:65535"},"rootfs":{"type":"layers","diff_ids":["sha256:'"$diff"'"]}}' >"$t/config.json"
+	printf '%s\n' '[{"Config":"config.json","RepoTags":["'"$pauseimage"'"],"Layers":["layer.tar"]}]' >"$t/manifest.json"
+	tar --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$t" -cf "$2" manifest.json config.json layer.tar
+	rm -rf "$t"
 }
 
 # freeport prints a loopback TCP port nothing listens on now.
