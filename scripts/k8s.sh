@@ -297,8 +297,10 @@ pause_image() {
 }
 
 # freeport prints a loopback TCP port nothing listens on now.
+# freeport prints a TCP port nothing listens on now at address $1
+# (default 127.0.0.1).
 freeport() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+	python3 -c 'import socket,sys; s=socket.socket(); s.bind((sys.argv[1],0)); print(s.getsockname()[1])' "${1:-127.0.0.1}"
 }
 
 # starttime prints the start time of process $1 (field 22 of its stat, in
@@ -351,13 +353,33 @@ recorded() {
 	return 0
 }
 
+# cert makes, in pki directory $1, key and certificate $2 for subject $3
+# with x509 extensions $4, signed by the CA there.
+cert() {
+	(
+		cd "$1"
+		umask 077
+		openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+			-keyout "$2.key" -out "$2.csr" -subj "$3" 2>/dev/null
+		printf '%s\n' "$4" >"$2.ext"
+		openssl x509 -req -in "$2.csr" -CA ca.crt -CAkey ca.key -CAcreateserial \
+			-days 3650 -extfile "$2.ext" -out "$2.crt" 2>/dev/null
+		rm -f "$2.csr" "$2.ext"
+	)
+}
+
+clientext="basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth"
+
 # pki makes, with openssl, in DIR/pki: a CA, the apiserver's serving
-# certificate (127.0.0.1, localhost, and the in-cluster names), an admin
-# client certificate (group system:masters, which RBAC lets do anything), a
+# certificate (127.0.0.1, localhost, the in-cluster names and the
+# subjectAltNames in $3, e.g. ",IP:198.18.0.1"), an admin client
+# certificate (group system:masters, which RBAC lets do anything), a
 # second client certificate for no group at all (a test's "who has no
 # rights"), and the service-account signing key pair.
 pki() {
-	local p=$1/pki svcip=$2
+	local p=$1/pki svcip=$2 extra=${3:-}
 	mkdir -p "$p"
 	chmod 700 "$p"
 	(
@@ -365,26 +387,15 @@ pki() {
 		umask 077
 		openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 \
 			-keyout ca.key -out ca.crt -subj "/CN=sandpit-test-ca" 2>/dev/null
-		cert() { # name subject extensions
-			openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
-				-keyout "$1.key" -out "$1.csr" -subj "$2" 2>/dev/null
-			printf '%s\n' "$3" >"$1.ext"
-			openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial \
-				-days 3650 -extfile "$1.ext" -out "$1.crt" 2>/dev/null
-			rm -f "$1.csr" "$1.ext"
-		}
-		cert apiserver "/CN=kube-apiserver" "basicConstraints=CA:FALSE
-keyUsage=critical,digitalSignature,keyEncipherment
-extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,DNS:localhost,IP:$svcip,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
-		local client="basicConstraints=CA:FALSE
-keyUsage=critical,digitalSignature,keyEncipherment
-extendedKeyUsage=clientAuth"
-		cert admin "/O=system:masters/CN=sandpit-admin" "$client"
-		cert nobody "/CN=sandpit-nobody" "$client"
 		openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out sa.key 2>/dev/null
 		openssl pkey -in sa.key -pubout -out sa.pub 2>/dev/null
 	)
+	cert "$p" apiserver "/CN=kube-apiserver" "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,DNS:localhost,IP:$svcip,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local$extra"
+	cert "$p" admin "/O=system:masters/CN=sandpit-admin" "$clientext"
+	cert "$p" nobody "/CN=sandpit-nobody" "$clientext"
 }
 
 # kubeconfig writes a kubeconfig for client certificate $3 (admin, nobody)
@@ -431,6 +442,8 @@ wait_ready() {
 # nothing on a host; no Service gets traffic here anyway (no kube-proxy).
 svcrange=198.51.100.0/24
 svcip=198.51.100.1
+# More apiserver flags (up --node adds the kubelet client's).
+apiserver_extra=()
 
 start_etcd() {
 	local dir=$1 client peer pid rc
@@ -467,10 +480,12 @@ start_etcd() {
 	die "etcd: no free ports after 5 tries"
 }
 
+# start_apiserver DIR [BIND]: the apiserver on address BIND (default
+# 127.0.0.1), with the flags in array apiserver_extra too.
 start_apiserver() {
-	local dir=$1 port pid rc p=$1/pki
+	local dir=$1 bind=${2:-127.0.0.1} port pid rc p=$1/pki
 	for _ in 1 2 3 4 5; do
-		port=$(freeport)
+		port=$(freeport "$bind")
 		# --endpoint-reconciler-type=none: the `kubernetes` Service's
 		# Endpoints would be 127.0.0.1, which validation refuses (a
 		# loopback endpoint), and nothing here routes to it anyway.
@@ -478,7 +493,7 @@ start_apiserver() {
 		# controller manager runs (see "What runs" above).
 		setsid "$bindir/kube-apiserver" \
 			--etcd-servers "$etcd_url" \
-			--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$port" \
+			--bind-address "$bind" --advertise-address "$bind" --secure-port "$port" \
 			--cert-dir "$p" --tls-cert-file "$p/apiserver.crt" --tls-private-key-file "$p/apiserver.key" \
 			--client-ca-file "$p/ca.crt" \
 			--authorization-mode Node,RBAC \
@@ -487,14 +502,16 @@ start_apiserver() {
 			--service-cluster-ip-range "$svcrange" \
 			--endpoint-reconciler-type none \
 			--profiling=false \
+			--enable-admission-plugins NodeRestriction \
+			"${apiserver_extra[@]}" \
 			</dev/null >"$dir/kube-apiserver.log" 2>&1 &
 		pid=$!
 		record "$dir" kube-apiserver "$pid" || true
 		rc=0
-		wait_ready "https://127.0.0.1:$port/readyz" "$pid" 120 \
+		wait_ready "https://$bind:$port/readyz" "$pid" 120 \
 			--cacert "$p/ca.crt" --cert "$p/admin.crt" --key "$p/admin.key" || rc=$?
 		if [ $rc -eq 0 ]; then
-			apiserver_url=https://127.0.0.1:$port
+			apiserver_url=https://$bind:$port
 			return 0
 		fi
 		if [ $rc -eq 2 ]; then
@@ -509,16 +526,491 @@ start_apiserver() {
 	die "kube-apiserver: no free port after 5 tries"
 }
 
+# ---- A node (up --node) ---------------------------------------------------
+#
+# The network: a namespace of the node's own, NETNS=sandpit-k8s-HASH (HASH
+# from DIR), joined to the host by a veth pair on a /30 of 198.18.0.0/15
+# (RFC 2544 benchmarking, routed nowhere): HOSTIP (.1, host end) and NODEIP
+# (.2, the node's end). The kubelet refuses a loopback node IP, and a netns
+# lo holds only 127.0.0.1; NODEIP is the node's InternalIP. etcd stays on
+# the host's 127.0.0.1; the apiserver listens on HOSTIP only, which the host
+# (the test) reaches as a local address and the node through the veth; the
+# apiserver reaches the kubelet (logs, exec) at NODEIP:10250. containerd,
+# the kubelet and kube-scheduler run inside the namespace, so their ports
+# (10250, 10248, containerd's streaming port) collide with nobody's. A Pod
+# gets a network namespace of its own with only lo (the report-only CNI
+# plugin, see build_node_bits): it can reach neither the node nor the host.
+#
+# What changes on the host while a node is up, all undone by down: the
+# netns (/run/netns/NETNS), the veth's host end with HOSTIP (a connected
+# route to the /30), cgroups /sys/fs/cgroup/*/sandpit-k8s-HASH (the
+# kubelet's cgroupRoot, made in every hierarchy as it needs on cgroup v1),
+# a shared bind mount of DIR/kubelet onto itself (so volumes the kubelet
+# mounts reach containerd), what containerd and the shims mount under DIR,
+# and the shims' sockets in /run/containerd/s (containerd puts them there
+# whatever its state dir; named by a hash of DIR's socket, they collide
+# with no other containerd). Never /run/containerd's daemon or
+# /run/sandpit/containerd. `ip netns add` makes /run/netns a shared mount
+# the first time it runs on a boot; it is every netns user's and stays.
+# The kubelet wants to set host sysctls and make /var/log/containers: it
+# runs in a private mount namespace where those /proc/sys files are
+# bind-mounted over by files holding the values it wants, and DIR/varlog
+# over /var/log, so it writes nothing on the host.
+
+nodename=sandpit-test-node
+
+# node_names sets the names of DIR's node: netns, veth ends, cgroup root.
+node_names() {
+	local h
+	h=$(printf '%s' "$1" | sha256sum | cut -c1-8)
+	netns=sandpit-k8s-$h
+	hostveth=spk${h}h
+	nodeveth=spk${h}n
+	cgroot=/sandpit-k8s-$h
+	nodehash=$h
+}
+
+# ip4 prints dotted address number $1.
+ip4() {
+	echo "$(($1 >> 24 & 255)).$(($1 >> 16 & 255)).$(($1 >> 8 & 255)).$(($1 & 255))"
+}
+
+# node_net makes the netns and the veth pair (node_names first) and sets
+# hostip and nodeip: the /30 numbered from HASH, or the next one no host
+# address is in. Held under a lock so that two ups at once pick two.
+node_net() {
+	local dir=$1 base i tries
+	mkdir -p "$tools"
+	exec 7>>"$tools/.node-net.lock"
+	flock 7
+	i=$((0x$nodehash % 32768))
+	for tries in $(seq 1 64); do
+		base=$(((198 << 24 | 18 << 16) + 4 * i))
+		hostip=$(ip4 $((base + 1)))
+		nodeip=$(ip4 $((base + 2)))
+		if ! ip -o -4 addr show | grep -qE " ($hostip|$nodeip|$(ip4 "$base")|$(ip4 $((base + 3))))/"; then
+			break
+		fi
+		i=$(((i + 1) % 32768))
+		[ "$tries" -lt 64 ] || die "no free /30 in 198.18.0.0/15 after 64 tries"
+	done
+	printf 'NETNS=%s\nHOSTVETH=%s\nHOSTIP=%s\nNODEIP=%s\nCGROOT=%s\n' \
+		"$netns" "$hostveth" "$hostip" "$nodeip" "$cgroot" >"$dir/node.env"
+	ip netns add "$netns"
+	ip link add "$hostveth" type veth peer name "$nodeveth" netns "$netns"
+	ip addr add "$hostip/30" dev "$hostveth"
+	ip link set "$hostveth" up
+	ip -n "$netns" link set lo up
+	ip -n "$netns" addr add "$nodeip/30" dev "$nodeveth"
+	ip -n "$netns" link set "$nodeveth" up
+	flock -u 7
+	exec 7>&-
+}
+
+# innetns runs a command in the node's network namespace, in the host's
+# mount namespace (unlike `ip netns exec`, which makes / a slave: the
+# kubelet's volume mounts would no longer reach containerd).
+innetns() {
+	nsenter --net="/run/netns/$netns" -- "$@"
+}
+
+# hierarchies prints the mount points of the host's cgroup hierarchies.
+hierarchies() {
+	awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 }' /proc/self/mounts
+}
+
+# node_cgroups makes the kubelet's cgroupRoot in every hierarchy (cpuset
+# needs cpus and mems before a process may join).
+node_cgroups() {
+	local h
+	for h in $(hierarchies); do
+		mkdir -p "$h$cgroot"
+		if [ -f "$h/cpuset.cpus" ]; then
+			cat "$h/cpuset.cpus" >"$h$cgroot/cpuset.cpus"
+			cat "$h/cpuset.mems" >"$h$cgroot/cpuset.mems"
+		fi
+	done
+}
+
+node_pki() {
+	local p=$1/pki
+	cert "$p" kubelet "/O=system:nodes/CN=system:node:$nodename" "$clientext"
+	cert "$p" scheduler "/CN=system:kube-scheduler" "$clientext"
+	cert "$p" apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "$clientext"
+	cert "$p" kubelet-serving "/CN=$nodename" "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=IP:$nodeip,DNS:$nodename"
+}
+
+start_containerd() {
+	local dir=$1 c=$1/containerd pid
+	mkdir -p "$c" "$dir/cni"
+	# The CNI config before containerd starts (its watcher can miss one
+	# written later).
+	cat >"$dir/cni/10-sandpit-report.conflist" <<EOF
+{"cniVersion": "1.0.0", "name": "sandpit-report", "plugins": [{"type": "sandpit-report"}]}
+EOF
+	cat >"$c/config.toml" <<EOF
+version = 3
+root = "$c/root"
+state = "$c/state"
+temp = "$c/tmp"
+disabled_plugins = ["io.containerd.image-verifier.v1.bindir", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile", "io.containerd.snapshotter.v1.erofs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = "$c/containerd.sock"
+
+[ttrpc]
+  address = "$c/containerd.sock.ttrpc"
+
+[plugins.'io.containerd.internal.v1.opt']
+  path = "$c/opt"
+
+[plugins.'io.containerd.nri.v1.nri']
+  disable = true
+
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "$pauseimage"
+
+[plugins.'io.containerd.cri.v1.runtime']
+  enable_cdi = false
+  # No CAP_SYS_RESOURCE on these machines: nothing may lower an oom_score_adj.
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = "$bindir/runc"
+        Root = "$c/runc"
+        SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["$bindir/cni"]
+    conf_dir = "$dir/cni"
+    max_conf_num = 1
+EOF
+	# PATH: the shim (containerd-shim-runc-v2) is found there.
+	setsid nsenter --net="/run/netns/$netns" -- env PATH="$bindir:$PATH" \
+		"$bindir/containerd" --config "$c/config.toml" \
+		</dev/null >"$dir/containerd.log" 2>&1 &
+	pid=$!
+	record "$dir" containerd "$pid" || true
+	local deadline=$((SECONDS + 60))
+	until "$bindir/ctr" --address "$c/containerd.sock" --timeout 5s version >/dev/null 2>&1; do
+		[ -n "$(starttime "$pid")" ] || {
+			tail -30 "$dir/containerd.log" >&2
+			die "containerd exited at start (log: $dir/containerd.log)"
+		}
+		[ $SECONDS -lt $deadline ] || die "containerd did not answer within 60s (log: $dir/containerd.log)"
+		sleep 0.1
+	done
+	ctr_address=$c/containerd.sock
+}
+
+# import_image imports docker or OCI archive $2 into the k8s.io namespace
+# of DIR $1's containerd, unpacked for its snapshotter.
+import_image() {
+	local dir=$1 tar=$2
+	"$bindir/ctr" --address "$dir/containerd/containerd.sock" --timeout 5m -n k8s.io \
+		images import --snapshotter overlayfs "$tar" >&2
+}
+
+# The host sysctls the kubelet sets when they differ (its
+# setupKernelTunables) and the values it wants.
+kubelet_sysctls="vm/overcommit_memory=1 vm/panic_on_oom=0 kernel/panic=10 kernel/panic_on_oops=1 kernel/keys/root_maxkeys=1000000 kernel/keys/root_maxbytes=25000000"
+
+start_kubelet() {
+	local dir=$1 k=$1/kubelet pid binds="" kv name want
+	mkdir -p "$k" "$dir/varlog" "$dir/pod-logs" "$dir/sysctl" "$dir/kubelet-plugins"
+	# DIR/kubelet shared, so that what the kubelet mounts there in its
+	# own mount namespace (Pod volumes) reaches containerd and runc.
+	mount --bind "$k" "$k"
+	mount --make-rshared "$k"
+	for kv in $kubelet_sysctls; do
+		name=${kv%%=*}
+		want=${kv#*=}
+		[ "$(cat "/proc/sys/$name")" = "$want" ] && continue
+		echo "$want" >"$dir/sysctl/${name//\//.}"
+		binds="$binds mount --bind $dir/sysctl/${name//\//.} /proc/sys/$name &&"
+	done
+	cat >"$dir/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# cgroup v1 (hybrid) hosts: the kubelet refuses v1 unless told.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: $cgroot
+containerRuntimeEndpoint: unix://$ctr_address
+featureGates:
+  EventedPLEG: true
+address: $nodeip
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+tlsCertFile: $dir/pki/kubelet-serving.crt
+tlsPrivateKeyFile: $dir/pki/kubelet-serving.key
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: $dir/pki/ca.crt}
+authorization:
+  mode: Webhook
+podLogsDir: $dir/pod-logs
+volumePluginDir: $dir/kubelet-plugins
+resolvConf: ""
+failSwapOn: false
+oomScoreAdj: $(cat /proc/self/oom_score_adj)
+# A shared disk: evict only when it is all but full.
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 1%
+  imagefs.available: 1%
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+EOF
+	kubeconfig "$dir" "$apiserver_url" kubelet >"$dir/kubelet.kubeconfig"
+	# shellcheck disable=SC2016 # $0 "$@" for the inner shell
+	setsid nsenter --net="/run/netns/$netns" -- unshare --mount --propagation unchanged -- \
+		/bin/sh -c "set -e; $binds mount --bind $dir/varlog /var/log && exec \"\$0\" \"\$@\"" \
+		"$bindir/kubelet" --config "$dir/kubelet.yaml" --kubeconfig "$dir/kubelet.kubeconfig" \
+		--root-dir "$k" --node-ip "$nodeip" --hostname-override "$nodename" --v 1 \
+		</dev/null >"$dir/kubelet.log" 2>&1 &
+	pid=$!
+	record "$dir" kubelet "$pid" || true
+}
+
+start_scheduler() {
+	local dir=$1
+	kubeconfig "$dir" "$apiserver_url" scheduler >"$dir/scheduler.kubeconfig"
+	# --secure-port 0: no metrics/health server, so no delegated
+	# authentication to configure.
+	setsid nsenter --net="/run/netns/$netns" -- "$bindir/kube-scheduler" \
+		--kubeconfig "$dir/scheduler.kubeconfig" --leader-elect=false --secure-port 0 \
+		</dev/null >"$dir/kube-scheduler.log" 2>&1 &
+	record "$dir" kube-scheduler $! || true
+}
+
+# kapi METHOD PATH [BODY [CONTENT-TYPE]]: a request to the apiserver as admin.
+kapi() {
+	local dir=$node_dir
+	local args=(-fsS --max-time 10 --cacert "$dir/pki/ca.crt" --cert "$dir/pki/admin.crt" --key "$dir/pki/admin.key" -X "$1")
+	if [ $# -ge 3 ]; then
+		args+=(-H "Content-Type: ${4:-application/json}" --data-binary "$3")
+	fi
+	curl "${args[@]}" "$apiserver_url$2"
+}
+
+# node_ready waits until the Node is Ready, then does what the controller
+# manager (not run) would: removes the not-ready taint, creates the
+# default ServiceAccount and kube-root-ca.crt ConfigMap of `default`.
+node_ready() {
+	local dir=$1 deadline=$((SECONDS + 120)) node n
+	node_dir=$dir
+	while :; do
+		for n in containerd kubelet kube-scheduler; do
+			if [ -z "$(recorded "$dir" $n)" ]; then
+				tail -30 "$dir/$n.log" >&2
+				die "$n exited (log: $dir/$n.log)"
+			fi
+		done
+		node=$(kapi GET "/api/v1/nodes/$nodename" 2>/dev/null) || node=
+		if [ -n "$node" ] && printf '%s' "$node" | python3 -c '
+import json, sys
+n = json.load(sys.stdin)
+sys.exit(0 if any(c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", [])) else 1)'; then
+			break
+		fi
+		[ $SECONDS -lt $deadline ] || die "node $nodename not Ready within 120s (logs: $dir/kubelet.log, $dir/containerd.log)"
+		sleep 0.2
+	done
+	# The taints but node.kubernetes.io/not-ready, with the resourceVersion
+	# read: a JSON merge patch that replaces the list.
+	kapi PATCH "/api/v1/nodes/$nodename" "$(printf '%s' "$node" | python3 -c '
+import json, sys
+n = json.load(sys.stdin)
+t = [x for x in n["spec"].get("taints", []) if x["key"] != "node.kubernetes.io/not-ready"]
+print(json.dumps({"metadata": {"resourceVersion": n["metadata"]["resourceVersion"]}, "spec": {"taints": t or None}}))')" \
+		application/merge-patch+json >/dev/null ||
+		die "could not remove the not-ready taint"
+	kapi POST /api/v1/namespaces/default/serviceaccounts '{"metadata": {"name": "default"}}' >/dev/null ||
+		die "could not create the default ServiceAccount"
+	kapi POST /api/v1/namespaces/default/configmaps "$(python3 -c '
+import json, sys
+print(json.dumps({"metadata": {"name": "kube-root-ca.crt"}, "data": {"ca.crt": open(sys.argv[1]).read()}}))' "$dir/pki/ca.crt")" >/dev/null ||
+		die "could not create the kube-root-ca.crt ConfigMap"
+}
+
+# up_node starts, after etcd and the apiserver, containerd, the kubelet and
+# the scheduler (node_net and node_pki done), and waits for a Ready node.
+up_node() {
+	local dir=$1
+	node_cgroups
+	start_containerd "$dir"
+	import_image "$dir" "$bindir/pause.tar"
+	start_kubelet "$dir"
+	start_scheduler "$dir"
+	node_ready "$dir"
+}
+
+# shims prints the pids of live containerd-shim-runc-v2 processes started by
+# the containerd whose socket is $1 (their -address argument): a killed
+# containerd leaves them, and they keep the Pods' processes.
+shims() {
+	local sock=$1 f pid
+	for f in /proc/[0-9]*/cmdline; do
+		pid=${f#/proc/}
+		pid=${pid%/cmdline}
+		[ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$bindir/containerd-shim-runc-v2" ] || continue
+		if tr '\0' '\n' <"$f" 2>/dev/null | grep -qxF -- "$sock"; then
+			[ -n "$(starttime "$pid")" ] && echo "$pid"
+		fi
+	done
+	return 0
+}
+
+# cgprocs prints the pids in cgroup subtree $1 of every hierarchy.
+cgprocs() {
+	local h
+	for h in $(hierarchies); do
+		[ -d "$h$1" ] || continue
+		find "$h$1" -name cgroup.procs -exec cat {} + 2>/dev/null
+	done | sort -u
+}
+
+# undermounts prints the mount points at or under directory $1, deepest
+# first.
+undermounts() {
+	awk -v d="$1" '{ m = $5; gsub(/\\040/, " ", m); if (m == d || index(m, d "/") == 1) print length(m), m }' \
+		/proc/self/mountinfo | sort -rn | cut -d' ' -f2-
+}
+
+# down_node stops the scheduler, the kubelet, the Pods' processes,
+# containerd and its shims.
+down_node() {
+	local dir=$1 f key val sock=$1/containerd/containerd.sock pids deadline
+	local CGROOT=""
+	while IFS='=' read -r key val; do
+		case "$key" in
+		CGROOT) CGROOT=$val ;;
+		esac
+	done <"$dir/node.env"
+	stop_one "$dir" kube-scheduler
+	stop_one "$dir" kubelet
+	# The Pods' processes: every process in the kubelet's cgroupRoot.
+	case "$CGROOT" in /sandpit-k8s-?*) ;; *) CGROOT= ;; esac
+	if [ -n "$CGROOT" ]; then
+		deadline=$((SECONDS + 30))
+		while pids=$(cgprocs "$CGROOT") && [ -n "$pids" ]; do
+			# shellcheck disable=SC2086 # a list of pids
+			kill -9 $pids 2>/dev/null || true
+			[ $SECONDS -lt $deadline ] || {
+				echo "k8s.sh: processes left in $CGROOT: $pids" >&2
+				break
+			}
+			sleep 0.1
+		done
+	fi
+	# Their tasks, so that containerd shuts the shims down cleanly
+	# (sockets, rootfs mounts).
+	if [ -n "$(recorded "$dir" containerd)" ]; then
+		for f in $(timeout 10 "$bindir/ctr" --address "$sock" -n k8s.io tasks ls -q 2>/dev/null); do
+			timeout 10 "$bindir/ctr" --address "$sock" -n k8s.io tasks delete -f "$f" >/dev/null 2>&1 || true
+		done
+	fi
+	stop_one "$dir" containerd
+	# Shims still there (containerd was killed, or a delete failed).
+	pids=$(shims "$sock")
+	if [ -n "$pids" ]; then
+		# shellcheck disable=SC2086 # a list of pids
+		kill -9 $pids 2>/dev/null || true
+		deadline=$((SECONDS + 10))
+		while [ -n "$(shims "$sock")" ] && [ $SECONDS -lt $deadline ]; do
+			sleep 0.1
+		done
+	fi
+}
+
+# down_host undoes, once nothing of the node runs and the apiserver is
+# stopped too (its connections to itself go through HOSTIP: with the veth
+# gone first it waits for them until killed), what up --node changed on
+# the host.
+down_host() {
+	local dir=$1 f key val deadline m h
+	local NETNS="" HOSTVETH="" CGROOT=""
+	while IFS='=' read -r key val; do
+		case "$key" in
+		NETNS) NETNS=$val ;;
+		HOSTVETH) HOSTVETH=$val ;;
+		CGROOT) CGROOT=$val ;;
+		esac
+	done <"$dir/node.env"
+	case "$CGROOT" in /sandpit-k8s-?*) ;; *) CGROOT= ;; esac
+	# Sockets of killed shims, named in their bundles.
+	for f in "$dir"/containerd/state/io.containerd.runtime.v2.task/*/*/address; do
+		[ -f "$f" ] || continue
+		m=$(cat "$f")
+		m=${m#unix://}
+		case "$m" in /run/containerd/s/*) [ -S "$m" ] && rm -f "$m" ;; esac
+	done
+	# Mounts: containerd's and the shims' (rootfs, shm, netns), the
+	# kubelet's volumes, DIR/kubelet itself.
+	for _ in 1 2 3; do
+		while read -r m; do
+			[ -n "$m" ] || continue
+			umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+		done < <(undermounts "$dir")
+		[ -z "$(undermounts "$dir")" ] && break
+		sleep 0.2
+	done
+	[ -z "$(undermounts "$dir")" ] || echo "k8s.sh: mounts left under $dir: $(undermounts "$dir" | tr '\n' ' ')" >&2
+	if [ -n "$CGROOT" ]; then
+		deadline=$((SECONDS + 10))
+		for h in $(hierarchies); do
+			[ -d "$h$CGROOT" ] || continue
+			# Deepest first; a cgroup whose last process is a zombie
+			# not yet reaped is busy for a moment.
+			while ! find "$h$CGROOT" -depth -type d -exec rmdir {} + 2>/dev/null && [ -d "$h$CGROOT" ]; do
+				[ $SECONDS -lt $deadline ] || {
+					echo "k8s.sh: could not remove $h$CGROOT" >&2
+					break
+				}
+				sleep 0.1
+			done
+		done
+	fi
+	if [ -n "$NETNS" ] && [ -e "/run/netns/$NETNS" ]; then
+		ip netns delete "$NETNS" || echo "k8s.sh: could not delete netns $NETNS" >&2
+	fi
+	# The veth goes with the namespace, once nothing holds it.
+	if [ -n "$HOSTVETH" ]; then
+		deadline=$((SECONDS + 10))
+		while ip link show "$HOSTVETH" >/dev/null 2>&1 && [ $SECONDS -lt $deadline ]; do
+			ip link delete "$HOSTVETH" 2>/dev/null || sleep 0.1
+		done
+	fi
+	rm -f "$dir/node.env"
+}
+
 up() {
 	local dir=${1:-}
-	[ -n "$dir" ] || die "usage: $0 up DIR [--owner PID]"
+	[ -n "$dir" ] || die "usage: $0 up DIR [--node] [--owner PID]"
 	shift
-	local owner=
+	local owner="" node=""
 	while [ $# -gt 0 ]; do
 		case "$1" in
 		--owner)
 			owner=${2:?--owner needs a pid}
 			shift 2
+			;;
+		--node)
+			node=1
+			shift
 			;;
 		*) die "unknown option $1" ;;
 		esac
@@ -532,7 +1024,8 @@ up() {
 	mkdir -p "$dir"
 	dir=$(cd "$dir" && pwd)
 	local n
-	for n in kube-apiserver etcd watcher; do
+	[ ! -f "$dir/node.env" ] || die "a node was started in $dir: $0 down $dir"
+	for n in kube-apiserver etcd watcher containerd kubelet kube-scheduler; do
 		if [ -n "$(recorded "$dir" $n)" ]; then
 			die "a control plane already runs in $dir ($n pid $(recorded "$dir" $n)): $0 down $dir"
 		fi
@@ -550,16 +1043,35 @@ up() {
 			</dev/null >>"$dir/watcher.log" 2>&1 &
 		record "$dir" watcher $! || die "the owner watcher did not start"
 	fi
-	pki "$dir" "$svcip"
+	local bind=127.0.0.1 extra=
+	if [ -n "$node" ]; then
+		[ "$(id -u)" -eq 0 ] || die "up --node needs root (network namespace, cgroups, mounts)"
+		node_names "$dir"
+		node_net "$dir"
+		bind=$hostip
+		extra=",IP:$hostip"
+		apiserver_extra=(--kubelet-client-certificate "$dir/pki/apiserver-kubelet-client.crt"
+			--kubelet-client-key "$dir/pki/apiserver-kubelet-client.key"
+			--kubelet-preferred-address-types InternalIP)
+	fi
+	pki "$dir" "$svcip" "$extra"
+	[ -z "$node" ] || node_pki "$dir"
 	start_etcd "$dir"
-	start_apiserver "$dir"
+	start_apiserver "$dir" "$bind"
 	kubeconfig "$dir" "$apiserver_url" admin >"$dir/kubeconfig"
 	kubeconfig "$dir" "$apiserver_url" nobody >"$dir/nobody.kubeconfig"
+	[ -z "$node" ] || up_node "$dir"
 	trap - EXIT
 	echo "k8s.sh: up in $((SECONDS - start))s: $apiserver_url (logs: $dir/*.log)" >&2
 	echo "KUBECONFIG=$dir/kubeconfig"
 	echo "APISERVER=$apiserver_url"
 	echo "ETCD=$etcd_url"
+	if [ -n "$node" ]; then
+		echo "NETNS=$netns"
+		echo "CTR_ADDRESS=$ctr_address"
+		echo "NODE=$nodename"
+		echo "NODE_IP=$nodeip"
+	fi
 }
 
 # stop_one stops the process recorded in DIR/NAME.pid, if it is still that
@@ -610,8 +1122,10 @@ down() {
 	# The watcher first (unless this is it), so it does not start a down
 	# of its own; then the apiserver before the etcd it writes to.
 	stop_one "$dir" watcher
+	[ ! -f "$dir/node.env" ] || down_node "$dir"
 	stop_one "$dir" kube-apiserver
 	stop_one "$dir" etcd
+	[ ! -f "$dir/node.env" ] || down_host "$dir"
 	flock -u 8
 	exec 8>&-
 }
@@ -623,12 +1137,18 @@ up)
 	up "$@"
 	;;
 down) down "${2:-}" ;;
+import)
+	[ $# -eq 3 ] || die "usage: $0 import DIR IMAGE.tar"
+	[ -S "$2/containerd/containerd.sock" ] || die "no node runs in $2 (up --node)"
+	[ -f "$3" ] || die "no file $3"
+	import_image "$2" "$3"
+	;;
 _watch)
 	shift
 	watch "$@"
 	;;
 *)
-	echo "usage: $0 build | up DIR [--owner PID] | down DIR" >&2
+	echo "usage: $0 build | up DIR [--node] [--owner PID] | down DIR | import DIR IMAGE.tar" >&2
 	exit 2
 	;;
 esac
