@@ -624,7 +624,9 @@ hierarchies() {
 node_cgroups() {
 	local h
 	for h in $(hierarchies); do
-		mkdir -p "$h$cgroot"
+		# 755, not up's umask: runc binds a container's cgroups into it,
+		# which a user-namespaced container must be able to reach.
+		mkdir -m 755 "$h$cgroot"
 		if [ -f "$h/cpuset.cpus" ]; then
 			cat "$h/cpuset.cpus" >"$h$cgroot/cpuset.cpus"
 			cat "$h/cpuset.mems" >"$h$cgroot/cpuset.mems"
@@ -646,6 +648,7 @@ subjectAltName=IP:$nodeip,DNS:$nodename"
 start_containerd() {
 	local dir=$1 c=$1/containerd pid
 	mkdir -p "$c" "$dir/cni"
+	chmod 711 "$c"
 	# The CNI config before containerd starts (its watcher can miss one
 	# written later).
 	cat >"$dir/cni/10-sandpit-report.conflist" <<EOF
@@ -692,11 +695,18 @@ disabled_plugins = ["io.containerd.image-verifier.v1.bindir", "io.containerd.sna
     bin_dirs = ["$bindir/cni"]
     conf_dir = "$dir/cni"
     max_conf_num = 1
+    # containerd sets the Pod's lo up itself: no CNI loopback plugin.
+    use_internal_loopback = true
 EOF
-	# PATH: the shim (containerd-shim-runc-v2) is found there.
-	setsid nsenter --net="/run/netns/$netns" -- env PATH="$bindir:$PATH" \
-		"$bindir/containerd" --config "$c/config.toml" \
-		</dev/null >"$dir/containerd.log" 2>&1 &
+	# PATH: the shim (containerd-shim-runc-v2) is found there. umask 022
+	# (up's is 077): a Pod in a user namespace must traverse the
+	# directories containerd makes (with modes its umask would cut).
+	(
+		umask 022
+		exec setsid nsenter --net="/run/netns/$netns" -- unshare --mount --propagation unchanged -- \
+			/bin/sh -c "mount --bind $dir/varlib /var/lib && exec \"\$0\" \"\$@\"" \
+			env PATH="$bindir:$PATH" "$bindir/containerd" --config "$c/config.toml"
+	) </dev/null >"$dir/containerd.log" 2>&1 &
 	pid=$!
 	record "$dir" containerd "$pid" || true
 	local deadline=$((SECONDS + 60))
@@ -725,11 +735,7 @@ kubelet_sysctls="vm/overcommit_memory=1 vm/panic_on_oom=0 kernel/panic=10 kernel
 
 start_kubelet() {
 	local dir=$1 k=$1/kubelet pid binds="" kv name want
-	mkdir -p "$k" "$dir/varlog" "$dir/pod-logs" "$dir/sysctl" "$dir/kubelet-plugins"
-	# DIR/kubelet shared, so that what the kubelet mounts there in its
-	# own mount namespace (Pod volumes) reaches containerd and runc.
-	mount --bind "$k" "$k"
-	mount --make-rshared "$k"
+	mkdir -p "$dir/varlog" "$dir/pod-logs" "$dir/sysctl" "$dir/kubelet-plugins"
 	for kv in $kubelet_sysctls; do
 		name=${kv%%=*}
 		want=${kv#*=}
@@ -775,12 +781,16 @@ imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 EOF
 	kubeconfig "$dir" "$apiserver_url" kubelet >"$dir/kubelet.kubeconfig"
-	# shellcheck disable=SC2016 # $0 "$@" for the inner shell
-	setsid nsenter --net="/run/netns/$netns" -- unshare --mount --propagation unchanged -- \
-		/bin/sh -c "set -e; $binds mount --bind $dir/varlog /var/log && exec \"\$0\" \"\$@\"" \
-		"$bindir/kubelet" --config "$dir/kubelet.yaml" --kubeconfig "$dir/kubelet.kubeconfig" \
-		--root-dir "$k" --node-ip "$nodeip" --hostname-override "$nodename" --v 1 \
-		</dev/null >"$dir/kubelet.log" 2>&1 &
+	# umask 022 as for containerd: what the kubelet makes for a Pod
+	# (etc-hosts, volumes) is read by its user-namespaced processes.
+	(
+		umask 022
+		# shellcheck disable=SC2016 # $0 "$@" for the inner shell
+		exec setsid nsenter --net="/run/netns/$netns" -- unshare --mount --propagation unchanged -- \
+			/bin/sh -c "set -e; $binds mount --bind $dir/varlog /var/log && mount --bind $dir/varlib /var/lib && exec \"\$0\" \"\$@\"" \
+			"$bindir/kubelet" --config "$dir/kubelet.yaml" --kubeconfig "$dir/kubelet.kubeconfig" \
+			--root-dir "$k" --node-ip "$nodeip" --hostname-override "$nodename" --v 1
+	) </dev/null >"$dir/kubelet.log" 2>&1 &
 	pid=$!
 	record "$dir" kubelet "$pid" || true
 }
@@ -849,8 +859,17 @@ print(json.dumps({"metadata": {"name": "kube-root-ca.crt"}, "data": {"ca.crt": o
 # up_node starts, after etcd and the apiserver, containerd, the kubelet and
 # the scheduler (node_net and node_pki done), and waits for a Ready node.
 up_node() {
-	local dir=$1
+	local dir=$1 k=$1/kubelet
 	node_cgroups
+	# containerd and the kubelet each run in a private mount namespace
+	# (what they mount stays there and goes with them) where DIR/varlib
+	# is bound over /var/lib: libcni caches results in /var/lib/cni and
+	# the kubelet's device-plugin socket is /var/lib/kubelet/device-plugins,
+	# whatever their configured directories. DIR/kubelet is shared
+	# between them: the volumes the kubelet mounts there reach runc.
+	mkdir -p "$dir/varlib" "$k"
+	mount --bind "$k" "$k"
+	mount --make-rshared "$k"
 	start_containerd "$dir"
 	import_image "$dir" "$bindir/pause.tar"
 	start_kubelet "$dir"
@@ -1046,6 +1065,15 @@ up() {
 	local bind=127.0.0.1 extra=
 	if [ -n "$node" ]; then
 		[ "$(id -u)" -eq 0 ] || die "up --node needs root (network namespace, cgroups, mounts)"
+		# A Pod's processes, in a user namespace (hostUsers: false), must
+		# traverse DIR to their root filesystem under DIR/containerd.
+		chmod 711 "$dir"
+		local d=$dir
+		while [ "$d" != / ]; do
+			d=$(dirname "$d")
+			[ -n "$(find "$d" -maxdepth 0 -perm -o=x)" ] ||
+				die "$d is not searchable by others (chmod o+x): Pods in user namespaces could not reach their root filesystem under $dir"
+		done
 		node_names "$dir"
 		node_net "$dir"
 		bind=$hostip

@@ -56,8 +56,20 @@ type Cluster struct {
 	Config *rest.Config
 	// Processes are what scripts/k8s.sh up started: etcd,
 	// kube-apiserver and the watcher that stops them if the test binary
-	// dies.
+	// dies; with StartNode also containerd, kubelet and kube-scheduler.
 	Processes []Process
+
+	// A node's (StartNode), empty for a control plane only (Start).
+
+	// NetNS is the name of the network namespace (ip netns) containerd,
+	// the kubelet and the scheduler run in.
+	NetNS string
+	// CtrAddress is the node's containerd socket (ctr --address; images
+	// live in its k8s.io namespace).
+	CtrAddress string
+	// NodeName is the Node's name, NodeIP its InternalIP (in NetNS; the
+	// host reaches it through a veth).
+	NodeName, NodeIP string
 }
 
 // Process is one process that up started, told apart from a later one
@@ -118,6 +130,21 @@ const (
 // cannot be done, and skips t, saying why, only when SANDPIT_K8S_TEST=0.
 func Start(t testing.TB) *Cluster {
 	t.Helper()
+	return start(t, false)
+}
+
+// StartNode is Start with a node (scripts/k8s.sh up --node): a containerd,
+// a kubelet and a kube-scheduler in a network namespace of their own, the
+// Node "sandpit-test-node" Ready and untainted, the default ServiceAccount
+// made; Pods run (images from Import, imagePullPolicy Never) with a network
+// namespace that holds only lo. It needs root.
+func StartNode(t testing.TB) *Cluster {
+	t.Helper()
+	return start(t, true)
+}
+
+func start(t testing.TB, node bool) *Cluster {
+	t.Helper()
 	if os.Getenv("SANDPIT_K8S_TEST") == "0" {
 		t.Skip("SANDPIT_K8S_TEST=0: skipping the tests against a real Kubernetes control plane (scripts/k8s.sh)")
 	}
@@ -134,6 +161,15 @@ func Start(t testing.TB) *Cluster {
 	}
 
 	dir := t.TempDir()
+	if node {
+		// A Pod in a user namespace must reach its root filesystem under
+		// dir: the directories testing made are 0700.
+		for _, d := range []string{dir, filepath.Dir(dir)} {
+			if err := os.Chmod(d, 0o711); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	c := &Cluster{Dir: dir}
 	// Registered before up: an up that fails halfway stops what it
 	// started itself, and a down of nothing is no error.
@@ -146,11 +182,17 @@ func Start(t testing.TB) *Cluster {
 		}
 	})
 	start = time.Now()
-	out, err := run(upPatience, script, "up", dir, "--owner", strconv.Itoa(os.Getpid()))
-	if err != nil {
-		t.Fatalf("scripts/k8s.sh up: %v", err)
+	args := []string{"up", dir, "--owner", strconv.Itoa(os.Getpid())}
+	what, names := "control plane", []string{"etcd", "kube-apiserver", "watcher"}
+	if node {
+		args = append(args, "--node")
+		what, names = "node", append(names, "containerd", "kubelet", "kube-scheduler")
 	}
-	t.Logf("control plane up in %v", time.Since(start).Round(time.Millisecond))
+	out, err := run(upPatience, script, args...)
+	if err != nil {
+		t.Fatalf("scripts/k8s.sh %s: %v", strings.Join(args, " "), err)
+	}
+	t.Logf("%s up in %v", what, time.Since(start).Round(time.Millisecond))
 	vars := map[string]string{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
@@ -163,7 +205,13 @@ func Start(t testing.TB) *Cluster {
 		t.Fatalf("scripts/k8s.sh up printed %q: no KUBECONFIG= and APISERVER=", out)
 	}
 	c.NobodyKubeconfig = filepath.Join(dir, "nobody.kubeconfig")
-	for _, name := range []string{"etcd", "kube-apiserver", "watcher"} {
+	if node {
+		c.NetNS, c.CtrAddress, c.NodeName, c.NodeIP = vars["NETNS"], vars["CTR_ADDRESS"], vars["NODE"], vars["NODE_IP"]
+		if c.NetNS == "" || c.CtrAddress == "" || c.NodeName == "" || c.NodeIP == "" {
+			t.Fatalf("scripts/k8s.sh up --node printed %q: no NETNS=, CTR_ADDRESS=, NODE= and NODE_IP=", out)
+		}
+	}
+	for _, name := range names {
 		b, err := os.ReadFile(filepath.Join(dir, name+".pid"))
 		if err != nil {
 			t.Fatalf("after up: %v", err)
@@ -182,6 +230,23 @@ func Start(t testing.TB) *Cluster {
 		t.Fatalf("the kubeconfig up wrote: %v", err)
 	}
 	return c
+}
+
+// Import imports the image archive at tarPath (OCI layout or docker
+// archive, as ctr images import takes) into the node's containerd, for
+// Pods with imagePullPolicy Never.
+func (c *Cluster) Import(t testing.TB, tarPath string) {
+	t.Helper()
+	if c.CtrAddress == "" {
+		t.Fatal("Import: no node in this cluster (StartNode)")
+	}
+	script, err := Script()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(upPatience, script, "import", c.Dir, tarPath); err != nil {
+		t.Fatalf("scripts/k8s.sh import %s: %v", tarPath, err)
+	}
 }
 
 // run runs script with args and returns its standard output. Its standard
