@@ -101,6 +101,13 @@ if [ "$want_go" -eq 1 ]; then
 	# scripts/http-clients-test.sh).
 	need npm npm
 	[ "$rootless" -eq 1 ] || need_file /usr/include/seccomp.h libseccomp-dev
+	if [ "$rootless" -eq 0 ]; then
+		# scripts/k8s.sh (the cluster tests' Kubernetes, as root): runc
+		# built with libseccomp (above), a static C pause (libc.a), a
+		# network namespace and veth for its node (ip).
+		need_file "/usr/lib/$(uname -m)-linux-gnu/libc.a" libc6-dev
+		need_file /sbin/ip iproute2
+	fi
 fi
 need_file /usr/share/keyrings/debian-archive-keyring.gpg debian-archive-keyring
 need_file /etc/ssl/certs/ca-certificates.crt ca-certificates

@@ -98,16 +98,34 @@ build() {
 		echo "k8s.sh: building etcd $etcd, kube-apiserver, kubelet and kube-scheduler $k8s, containerd $containerd, runc $runc into $moddir (cold: about 15 minutes on two cores)" >&2
 		local start=$SECONDS
 		mkdir -p "$bindir"
-		build_etcd
-		build_kubernetes
-		build_containerd
-		build_runc
-		build_node_bits
+		local step
+		for step in build_etcd build_kubernetes build_containerd build_runc build_node_bits; do
+			timed "$step"
+		done
 		echo "k8s.sh: built in $((SECONDS - start))s" >&2
 	fi
 	flock -u 9
 	exec 9>&-
 	echo "$bindir"
+}
+
+# timed runs command $1 and reports its wall time and its children's CPU.
+timed() {
+	local t0=$SECONDS c0 c1
+	c0=$(childcpu)
+	"$@"
+	c1=$(childcpu)
+	echo "k8s.sh: $1: $((SECONDS - t0))s wall, $((c1 - c0))s CPU (user+sys)" >&2
+}
+
+# childcpu prints the user+sys CPU seconds of this shell's ended children
+# (fields 16 and 17 of its stat, in clock ticks).
+childcpu() {
+	local stat
+	read -r stat <"/proc/$$/stat"
+	# shellcheck disable=SC2086 # split on purpose, as in starttime
+	set -- ${stat##*) }
+	echo $(((${14} + ${15}) / $(getconf CLK_TCK)))
 }
 
 # gonice runs the go command at a lower priority: a cold build takes minutes of
@@ -1018,7 +1036,7 @@ down_host() {
 
 up() {
 	local dir=${1:-}
-	[ -n "$dir" ] || die "usage: $0 up DIR [--node] [--owner PID]"
+	case "$dir" in "" | -*) die "usage: $0 up DIR [--node] [--owner PID]" ;; esac
 	shift
 	local owner="" node=""
 	while [ $# -gt 0 ]; do
