@@ -1,54 +1,87 @@
 #!/usr/bin/env bash
-# A private, real Kubernetes control plane (etcd + kube-apiserver, nothing
-# else) for sandpit's cluster tests: real admission, real RBAC, real
-# optimistic concurrency, real CRDs. No mocks.
+# A private, real Kubernetes for sandpit's cluster tests: a control plane
+# (etcd + kube-apiserver) and, with --node, a real single node (containerd,
+# runc, kubelet, kube-scheduler) that runs Pods. Real admission, RBAC,
+# optimistic concurrency, CRDs, scheduling, Pods. No mocks.
 #
-#   scripts/k8s.sh build                 build both (once) and print the binaries' dir
-#   scripts/k8s.sh up DIR [--owner PID]  start a control plane whose state is DIR;
-#                                        prints KUBECONFIG=… APISERVER=… ETCD=…
-#                                        (shell assignments); with --owner it
-#                                        stops when PID exits (a test killed
-#                                        before its cleanup)
-#   scripts/k8s.sh down DIR              stop the one started in DIR
+#   scripts/k8s.sh build                  build everything (once) and print the binaries' dir
+#   scripts/k8s.sh up DIR [--node] [--owner PID]
+#                                         start a control plane whose state is DIR;
+#                                         prints KUBECONFIG=… APISERVER=… ETCD=…
+#                                         (shell assignments), with --node also
+#                                         NETNS=… CTR_ADDRESS=… NODE=… NODE_IP=…;
+#                                         with --owner it stops when PID exits (a
+#                                         test killed before its cleanup)
+#   scripts/k8s.sh down DIR               stop the one started in DIR, Pods and all
+#   scripts/k8s.sh import DIR IMAGE.tar   import an OCI layout or docker archive
+#                                         into DIR's node (containerd namespace k8s.io;
+#                                         Pods use it with imagePullPolicy: Never)
 #
-# What runs: etcd and kube-apiserver, nothing else. No controller manager
-# (nothing creates a namespace's "default" ServiceAccount, collects garbage
-# or signs CSRs), no scheduler, no kubelet, no kube-proxy: a test that
-# needs such an object creates it itself. Each up starts from an empty
-# etcd. Both listen on 127.0.0.1 only, on ports picked free at start; etcd
-# speaks plain HTTP there (loopback, a test's data), the apiserver TLS with
-# a CA, serving and client certificates made with openssl in DIR/pki:
-# DIR/kubeconfig is an admin (group system:masters), DIR/nobody.kubeconfig
-# a user in no group bound to no role. Authorization Node,RBAC, default
-# admission plugins, no cloud provider, a service-account signing key, the
+# What runs without --node: etcd and kube-apiserver, nothing else. No
+# controller manager (nothing creates a namespace's "default"
+# ServiceAccount, collects garbage or signs CSRs), no scheduler, no kubelet,
+# no kube-proxy: a test that needs such an object creates it itself. Each
+# up starts from an empty etcd. Both listen on 127.0.0.1 only, on ports
+# picked free at start; etcd speaks plain HTTP there (loopback, a test's
+# data), the apiserver TLS with a CA, serving and client certificates made
+# with openssl in DIR/pki: DIR/kubeconfig is an admin (group
+# system:masters), DIR/nobody.kubeconfig a user in no group bound to no
+# role. Authorization Node,RBAC, default admission plugins and
+# NodeRestriction, no cloud provider, a service-account signing key, the
 # Service range a documentation prefix. Nothing on the host changes but DIR
 # and the loopback ports. Processes are recorded in DIR/NAME.pid as "PID
 # STARTTIME" and only a process with both is ever signalled (never one found
-# by name). A stopped daemon may stay a zombie until init reaps it (this
+# by name; the one exception, a node's containerd shims left by a killed
+# containerd, is found by its binary's path and DIR's socket in its
+# arguments). A stopped daemon may stay a zombie until init reaps it (this
 # machine's init does so within ~1.5 s); it holds nothing by then.
 #
-# Measured (2 cores shared with another engineer's container tests, build
-# under nice 10): cold build (empty module and build caches for these
-# modules) 4m05s wall, 6m10s user + 1m18s sys CPU, 39 MB etcd + 119 MB
-# kube-apiserver; a rebuild with the Go caches warm 8-12 s; build when
-# built 5 ms. Warm up -> /readyz 200: 2.7-4.6 s (certificates 0.3 s, etcd
-# healthy ~1 s, apiserver ready ~2.4 s), 6-8 s each for 4 at once; down
-# 1.2-1.4 s; killing the owner (even the test binary, SIGKILL, midway
-# through up) stops everything within ~2.1 s (the watcher polls each
-# second). Nothing here needs root (checked as nobody).
+# With --node (root only): the above, the apiserver on the host end of a
+# veth instead of 127.0.0.1, and a node "sandpit-test-node" in a network
+# namespace of its own (design and what it changes on the host: "A node"
+# below): containerd $containerd (CRI, own root/state/socket under
+# DIR/containerd, own runc root, NRI off, restrict_oom_score_adj), runc
+# $runc, a kubelet (cgroup v1: failCgroupV1 false, cgroupfs, EventedPLEG;
+# client certificate system:node:sandpit-test-node; Webhook authorization
+# of its API, which the apiserver reaches as system:masters for logs and
+# exec) and kube-scheduler. up waits for the Node to be Ready, then does
+# what the absent controller manager would: removes the not-ready taint,
+# creates the default ServiceAccount and kube-root-ca.crt ConfigMap of
+# namespace default. The Pod sandbox image is a static pause of ours
+# ($pauseimage), imported at up. Pods get a network namespace with only lo
+# (a report-only CNI plugin) and may run with hostUsers: false.
 #
-# Both are built from the Go module proxy into a cache outside the checkout:
+# Measured (2 cores shared with another engineer's container tests, build
+# under nice 10): control plane only: cold build (empty module and build
+# caches for these modules) 4m05s wall, 6m10s user + 1m18s sys CPU, 39 MB
+# etcd + 119 MB kube-apiserver; a rebuild with the Go caches warm 8-12 s;
+# build when built 5 ms. Warm up -> /readyz 200: 2.7-4.6 s (certificates
+# 0.3 s, etcd healthy ~1 s, apiserver ready ~2.4 s), 6-8 s each for 4 at
+# once; down 1.2-1.4 s; killing the owner (even the test binary, SIGKILL,
+# midway through up) stops everything within ~2.1 s (the watcher polls each
+# second). Nothing here but --node needs root (checked as nobody).
+#@NODE-MEASUREMENTS@
+#
+# All is built from the Go module proxy into a cache outside the checkout:
 # $SANDPIT_TOOLS_DIR, default /var/cache/sandpit/tools as root, else
 # ${XDG_CACHE_HOME:-~/.cache}/sandpit/tools, in a directory named after the
 # version key ($key below: change it whenever what gets built changes).
-#   kube-apiserver: a wrapper module requiring k8s.io/kubernetes $k8s, with
-#     the 33 `=> ./staging/...` replaces of kubernetes' own go.mod mapped to
-#     the published k8s.io/<name> $staging modules (a replace only counts in
-#     the main module), the command as a `tool` of the wrapper.
+#   kube-apiserver, kubelet, kube-scheduler: a wrapper module requiring
+#     k8s.io/kubernetes $k8s, with the 33 `=> ./staging/...` replaces of
+#     kubernetes' own go.mod mapped to the published k8s.io/<name> $staging
+#     modules (a replace only counts in the main module), the commands as
+#     `tool`s of the wrapper.
 #   etcd: go.etcd.io/etcd/server/v3 $etcd in a wrapper of its own (its
 #     grpc/otel versions are not kubernetes'). Not Debian's etcd 3.4: k8s
 #     1.37 needs 3.5+ (with 3.4 a watch without a resourceVersion fails "Too
 #     large resource version").
+#   containerd, containerd-shim-runc-v2, ctr: `go install PKG@$containerd`
+#     (tag no_btrfs); runc: `go install` with cgo and tag seccomp
+#     (libseccomp-dev); Debian's containerd 1.6 has no user namespaces for
+#     Pods, and kubelet 1.38 drops CRI runtimes older than 2.0.
+#   cni/sandpit-report and pause (+ pause.tar): small programs of our own,
+#     their sources written here (build_node_bits).
+# shellcheck disable=SC2317 # the build steps are called through timed
 set -euo pipefail
 export PATH="/usr/local/go/bin:$PATH"
 # A go.work above the cache must not take the wrapper modules in.
@@ -625,13 +658,6 @@ node_net() {
 	exec 7>&-
 }
 
-# innetns runs a command in the node's network namespace, in the host's
-# mount namespace (unlike `ip netns exec`, which makes / a slave: the
-# kubelet's volume mounts would no longer reach containerd).
-innetns() {
-	nsenter --net="/run/netns/$netns" -- "$@"
-}
-
 # hierarchies prints the mount points of the host's cgroup hierarchies.
 hierarchies() {
 	awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 }' /proc/self/mounts
@@ -1083,6 +1109,9 @@ up() {
 	local bind=127.0.0.1 extra=
 	if [ -n "$node" ]; then
 		[ "$(id -u)" -eq 0 ] || die "up --node needs root (network namespace, cgroups, mounts)"
+		# Unix sockets (containerd's, the kubelet's) live under DIR, up
+		# to 40 bytes below it; a socket path has at most 107.
+		[ ${#dir} -le 64 ] || die "DIR is ${#dir} bytes long, at most 64 for --node: its sockets would not fit in a unix socket path"
 		# A Pod's processes, in a user namespace (hostUsers: false), must
 		# traverse DIR to their root filesystem under DIR/containerd.
 		chmod 711 "$dir"
@@ -1176,25 +1205,33 @@ down() {
 	exec 8>&-
 }
 
-case "${1:-}" in
-build) build ;;
-up)
-	shift
-	up "$@"
-	;;
-down) down "${2:-}" ;;
-import)
-	[ $# -eq 3 ] || die "usage: $0 import DIR IMAGE.tar"
-	[ -S "$2/containerd/containerd.sock" ] || die "no node runs in $2 (up --node)"
-	[ -f "$3" ] || die "no file $3"
-	import_image "$2" "$3"
-	;;
-_watch)
-	shift
-	watch "$@"
-	;;
-*)
-	echo "usage: $0 build | up DIR [--node] [--owner PID] | down DIR | import DIR IMAGE.tar" >&2
-	exit 2
-	;;
-esac
+# main is the command line. bash reads a script as it runs it: the whole
+# of it is read (function definitions) before the one line below runs,
+# so a long-running up, build or _watch is not disturbed by an edit of
+# this file (a checkout updated meanwhile).
+main() {
+	case "${1:-}" in
+	build) build ;;
+	up)
+		shift
+		up "$@"
+		;;
+	down) down "${2:-}" ;;
+	import)
+		[ $# -eq 3 ] || die "usage: $0 import DIR IMAGE.tar"
+		[ -S "$2/containerd/containerd.sock" ] || die "no node runs in $2 (up --node)"
+		[ -f "$3" ] || die "no file $3"
+		import_image "$2" "$3"
+		;;
+	_watch)
+		shift
+		watch "$@"
+		;;
+	*)
+		echo "usage: $0 build | up DIR [--node] [--owner PID] | down DIR | import DIR IMAGE.tar" >&2
+		exit 2
+		;;
+	esac
+}
+
+main "$@"; exit

@@ -5,17 +5,27 @@
 // nothing mocked, so admission, RBAC, optimistic concurrency, watches and
 // CRDs behave as in production.
 //
-// Only etcd and kube-apiserver run: no controller manager, scheduler or
-// kubelet. So nothing creates a namespace's "default" ServiceAccount,
+// Start runs only etcd and kube-apiserver: no controller manager, scheduler
+// or kubelet. So nothing creates a namespace's "default" ServiceAccount,
 // collects garbage, or runs a Pod; a test that needs such an object makes
 // it itself. The apiserver listens on 127.0.0.1 (TLS, client certificates,
-// authorization Node,RBAC, default admission plugins); everything else
-// lives in the test's temporary directory, and the processes go when the
-// test ends, or when the test binary dies (scripts/k8s.sh up --owner).
+// authorization Node,RBAC, default admission plugins and NodeRestriction);
+// everything else lives in the test's temporary directory, and the
+// processes go when the test ends, or when the test binary dies
+// (scripts/k8s.sh up --owner).
 //
-// The first Start on a machine builds both binaries (scripts/k8s.sh build,
-// cached outside the checkout per version: about 4 minutes on two cores,
-// 7.5 minutes of CPU); later ones start a control plane in about 3 s.
+// StartNode (root only) adds a node that runs Pods: containerd 2.4, runc,
+// a kubelet and kube-scheduler in a network namespace of their own; the
+// apiserver then listens on the host end of the veth that joins it to the
+// host (Cluster.APIServer). Images come from Import (ImageArchive writes
+// one without a registry); a Pod's network namespace holds only lo. No
+// controller manager either: StartNode has made the default ServiceAccount
+// and kube-root-ca.crt of namespace default and untainted the Node.
+//
+// The first Start on a machine builds the binaries (scripts/k8s.sh build,
+// cached outside the checkout per version; see its header for the time a
+// cold build takes); later ones start a control plane in about 3 s, a
+// node in about 5 s.
 // SANDPIT_K8S_TEST=0 skips the tests that need a control plane, saying so;
 // otherwise a control plane that cannot be built or started fails them.
 package kubetest
@@ -162,9 +172,23 @@ func start(t testing.TB, node bool) *Cluster {
 
 	dir := t.TempDir()
 	if node {
+		if len(dir) > 48 {
+			// Unix socket paths (containerd's, the kubelet's) under dir
+			// must stay within 108 bytes: a long test name would not.
+			// Removed after the down below (cleanups run last first).
+			short, err := os.MkdirTemp("", "sandpit-node-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(short) })
+			dir = short
+		}
 		// A Pod in a user namespace must reach its root filesystem under
 		// dir: the directories testing made are 0700.
 		for _, d := range []string{dir, filepath.Dir(dir)} {
+			if d == os.TempDir() {
+				continue
+			}
 			if err := os.Chmod(d, 0o711); err != nil {
 				t.Fatal(err)
 			}
@@ -174,8 +198,12 @@ func start(t testing.TB, node bool) *Cluster {
 	// Registered before up: an up that fails halfway stops what it
 	// started itself, and a down of nothing is no error.
 	t.Cleanup(func() {
+		start := time.Now()
 		if _, err := run(upPatience, script, "down", dir); err != nil {
 			t.Errorf("scripts/k8s.sh down %s: %v", dir, err)
+		}
+		if node {
+			t.Logf("node down in %v", time.Since(start).Round(time.Millisecond))
 		}
 		for _, p := range c.Running() {
 			t.Errorf("%s (pid %d) still runs after scripts/k8s.sh down", p.Name, p.PID)
