@@ -1088,7 +1088,7 @@ up() {
 	dir=$(cd "$dir" && pwd)
 	local n
 	[ ! -f "$dir/node.env" ] || die "a node was started in $dir: $0 down $dir"
-	for n in kube-apiserver etcd watcher containerd kubelet kube-scheduler; do
+	for n in kube-apiserver etcd watcher containerd kubelet kube-scheduler up; do
 		if [ -n "$(recorded "$dir" $n)" ]; then
 			die "a control plane already runs in $dir ($n pid $(recorded "$dir" $n)): $0 down $dir"
 		fi
@@ -1098,6 +1098,9 @@ up() {
 	# Whatever fails or is interrupted from here on leaves nothing running.
 	# shellcheck disable=SC2064 # $dir now, not at exit
 	trap "down $(printf %q "$dir")" EXIT
+	# A down while this up runs (the owner died midway) stops it first:
+	# else it would go on starting what that down has already stopped.
+	record "$dir" up $$
 	if [ -n "$owner" ]; then
 		# A watcher, started first, that takes the control plane down
 		# when its owner is gone, even when the owner was killed midway
@@ -1137,6 +1140,7 @@ up() {
 	kubeconfig "$dir" "$apiserver_url" nobody >"$dir/nobody.kubeconfig"
 	[ -z "$node" ] || up_node "$dir"
 	trap - EXIT
+	rm -f "$dir/up.pid"
 	echo "k8s.sh: up in $((SECONDS - start))s: $apiserver_url (logs: $dir/*.log)" >&2
 	echo "KUBECONFIG=$dir/kubeconfig"
 	echo "APISERVER=$apiserver_url"
@@ -1155,10 +1159,10 @@ up() {
 # returns when none of them is left. Only that group is signalled, never
 # anything found by name.
 stop_one() {
-	local dir=$1 name=$2 pid deadline
+	local dir=$1 name=$2 sig=${3:-TERM} pid deadline
 	pid=$(recorded "$dir" "$name")
 	if [ -n "$pid" ] && [ "$pid" != "$$" ]; then
-		kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true
+		kill -s "$sig" -- "-$pid" 2>/dev/null || kill -s "$sig" "$pid" 2>/dev/null || true
 		deadline=$((SECONDS + 30))
 		while [ -n "$(recorded "$dir" "$name")$(ingroup "$pid")" ] && [ $SECONDS -lt $deadline ]; do
 			sleep 0.1
@@ -1197,6 +1201,9 @@ down() {
 	# The watcher first (unless this is it), so it does not start a down
 	# of its own; then the apiserver before the etcd it writes to.
 	stop_one "$dir" watcher
+	# An up still running: killed at once (what it started is recorded,
+	# and its own exit trap would wait for this down's lock).
+	stop_one "$dir" up KILL
 	[ ! -f "$dir/node.env" ] || down_node "$dir"
 	stop_one "$dir" kube-apiserver
 	stop_one "$dir" etcd
