@@ -1093,7 +1093,8 @@ up() {
 			die "a control plane already runs in $dir ($n pid $(recorded "$dir" $n)): $0 down $dir"
 		fi
 	done
-	local start=$SECONDS
+	local start cp=""
+	start=$(date +%s%N)
 	umask 077
 	# Whatever fails or is interrupted from here on leaves nothing running.
 	# shellcheck disable=SC2064 # $dir now, not at exit
@@ -1138,10 +1139,15 @@ up() {
 	start_apiserver "$dir" "$bind"
 	kubeconfig "$dir" "$apiserver_url" admin >"$dir/kubeconfig"
 	kubeconfig "$dir" "$apiserver_url" nobody >"$dir/nobody.kubeconfig"
-	[ -z "$node" ] || up_node "$dir"
+	if [ -n "$node" ]; then
+		local nodestart
+		nodestart=$(date +%s%N)
+		up_node "$dir"
+		cp=" (control plane $(since "$start" "$nodestart"), node Ready and set up $(since "$nodestart"))"
+	fi
 	trap - EXIT
 	rm -f "$dir/up.pid"
-	echo "k8s.sh: up in $((SECONDS - start))s: $apiserver_url (logs: $dir/*.log)" >&2
+	echo "k8s.sh: up in $(since "$start")$cp: $apiserver_url (logs: $dir/*.log)" >&2
 	echo "KUBECONFIG=$dir/kubeconfig"
 	echo "APISERVER=$apiserver_url"
 	echo "ETCD=$etcd_url"
@@ -1151,6 +1157,12 @@ up() {
 		echo "NODE=$nodename"
 		echo "NODE_IP=$nodeip"
 	fi
+}
+
+# since prints the seconds from nanosecond time $1 to $2 (default now).
+since() {
+	local d=$((${2:-$(date +%s%N)} - $1))
+	printf '%d.%02ds' $((d / 1000000000)) $((d % 1000000000 / 10000000))
 }
 
 # stop_one stops the process recorded in DIR/NAME.pid, if it is still that
