@@ -596,17 +596,24 @@ start_apiserver() {
 # netns (/run/netns/NETNS), the veth's host end with HOSTIP (a connected
 # route to the /30), cgroups /sys/fs/cgroup/*/sandpit-k8s-HASH (the
 # kubelet's cgroupRoot, made in every hierarchy as it needs on cgroup v1),
-# a shared bind mount of DIR/kubelet onto itself (so volumes the kubelet
-# mounts reach containerd), what containerd and the shims mount under DIR,
-# and the shims' sockets in /run/containerd/s (containerd puts them there
-# whatever its state dir; named by a hash of DIR's socket, they collide
-# with no other containerd). Never /run/containerd's daemon or
-# /run/sandpit/containerd. `ip netns add` makes /run/netns a shared mount
-# the first time it runs on a boot; it is every netns user's and stays.
-# The kubelet wants to set host sysctls and make /var/log/containers: it
-# runs in a private mount namespace where those /proc/sys files are
-# bind-mounted over by files holding the values it wants, and DIR/varlog
-# over /var/log, so it writes nothing on the host.
+# a shared bind mount of DIR/kubelet onto itself (and the Pod volumes the
+# kubelet mounts there), and the shims' sockets in /run/containerd/s
+# (containerd puts them there whatever its state dir; named by a hash of
+# DIR's socket, they collide with no other containerd's). Never
+# /run/containerd's daemon or /run/sandpit/containerd. `ip netns add`
+# makes /run/netns a shared mount the first time it runs on a boot; it is
+# every netns user's and stays.
+# containerd and the kubelet each run in a private mount namespace: what
+# containerd and its shims mount (rootfs, shm, Pod netns) stays in it and
+# goes with them, and DIR/varlib is bound over /var/lib in both (libcni
+# caches results in /var/lib/cni, the kubelet makes
+# /var/lib/kubelet/device-plugins, whatever their configured directories).
+# The kubelet's namespace also has DIR/varlog over /var/log (it makes
+# /var/log/containers) and, over each host sysctl it would set
+# (vm.overcommit_memory, kernel.panic, kernel.panic_on_oops here), a file
+# holding the value it wants: it finds them set and writes nothing. Only
+# DIR/kubelet is shared between the two and the host, so Pod volumes reach
+# runc.
 
 nodename=sandpit-test-node
 
@@ -670,7 +677,8 @@ node_cgroups() {
 	for h in $(hierarchies); do
 		# 755, not up's umask: runc binds a container's cgroups into it,
 		# which a user-namespaced container must be able to reach.
-		mkdir -m 755 "$h$cgroot"
+		mkdir -p "$h$cgroot"
+		chmod 755 "$h$cgroot"
 		if [ -f "$h/cpuset.cpus" ]; then
 			cat "$h/cpuset.cpus" >"$h$cgroot/cpuset.cpus"
 			cat "$h/cpuset.mems" >"$h$cgroot/cpuset.mems"

@@ -58,8 +58,10 @@ func main() {
 // none of its processes and not its network namespace is left.
 func TestNodeRunsAPod(t *testing.T) {
 	var c *Cluster
+	var env map[string]string // DIR/node.env: what up changed on the host
 	ok := t.Run("node", func(t *testing.T) {
 		c = StartNode(t)
+		env = nodeEnv(t, c)
 		runPod(t, c)
 	})
 	switch {
@@ -79,6 +81,19 @@ func TestNodeRunsAPod(t *testing.T) {
 	if _, err := os.Stat(filepath.Join("/run/netns", c.NetNS)); !os.IsNotExist(err) {
 		t.Errorf("network namespace %s still there after the node's cleanup (stat: %v)", c.NetNS, err)
 	}
+	if cg := env["CGROOT"]; cg != "" {
+		left, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", cg))
+		for _, d := range left {
+			t.Errorf("cgroup %s still there after the node's cleanup", d)
+		}
+	} else {
+		t.Errorf("node.env names no CGROOT: %v", env)
+	}
+	if v := env["HOSTVETH"]; v == "" {
+		t.Errorf("node.env names no HOSTVETH: %v", env)
+	} else if _, err := os.Stat(filepath.Join("/sys/class/net", v)); !os.IsNotExist(err) {
+		t.Errorf("veth %s still there after the node's cleanup (stat: %v)", v, err)
+	}
 	mounts, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +104,22 @@ func TestNodeRunsAPod(t *testing.T) {
 			t.Errorf("still mounted after the node's cleanup: %s", f[4])
 		}
 	}
+}
+
+// nodeEnv reads DIR/node.env, where up --node wrote what it changed on the
+// host (NETNS, HOSTVETH, CGROOT...).
+func nodeEnv(t *testing.T, c *Cluster) map[string]string {
+	b, err := os.ReadFile(filepath.Join(c.Dir, "node.env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok {
+			env[k] = v
+		}
+	}
+	return env
 }
 
 func runPod(t *testing.T, c *Cluster) {
