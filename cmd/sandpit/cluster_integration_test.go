@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandpit-dev/sandpit/internal/cluster"
@@ -209,4 +210,64 @@ func newHTTPClient(ctx context.Context, url, token string) (*client.Client, erro
 		return nil, fmt.Errorf("initialize: %w", err)
 	}
 	return c, nil
+}
+
+// TestClusterApply: `sandpit cluster apply` puts every manifest of
+// scripts/kubernetes into a real API server (server-side apply: a field
+// the API does not know fails it), twice without harm, with the cluster
+// secret made once; `sandpit cluster status` lists nodes and placements.
+func TestClusterApply(t *testing.T) {
+	c := kubetest.Start(t)
+	dir := kubetest.RepoFile(t, "scripts/kubernetes")
+	apply := func(args ...string) (string, error) {
+		out, err := exec.Command(binPath, append([]string{"cluster", "apply", "--kubeconfig", c.Kubeconfig}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	out, err := apply(dir)
+	if err != nil {
+		t.Fatalf("sandpit cluster apply: %v\n%s", err, out)
+	}
+	for _, want := range []string{"Namespace sandpit", "CustomResourceDefinition sandpitworkspaces.sandpit.dev", "Role sandpit-node",
+		"ClusterRole sandpit-node-reader", "DaemonSet sandpit-node", "Deployment sandpit-front", "Service sandpit",
+		"NetworkPolicy sandpit-node", "NetworkPolicy sandpit-front", "created Secret sandpit-cluster"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("apply's output lacks %q:\n%s", want, out)
+		}
+	}
+	kube, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec, err := kube.CoreV1().Secrets("sandpit").Get(t.Context(), "sandpit-cluster", metav1.GetOptions{})
+	if err != nil || len(sec.Data["secret"]) < 32 {
+		t.Fatalf("cluster secret: %v, %v", sec, err)
+	}
+	ds, err := kube.AppsV1().DaemonSets("sandpit").Get(t.Context(), "sandpit-node", metav1.GetOptions{})
+	if err != nil || !*ds.Spec.Template.Spec.Containers[0].SecurityContext.Privileged || ds.Spec.Template.Spec.HostNetwork {
+		t.Errorf("node DaemonSet: %v; want privileged (mount propagation), no host network", err)
+	}
+	dep, err := kube.AppsV1().Deployments("sandpit").Get(t.Context(), "sandpit-front", metav1.GetOptions{})
+	if err != nil || *dep.Spec.Replicas < 2 || !*dep.Spec.Template.Spec.SecurityContext.RunAsNonRoot {
+		t.Errorf("front Deployment: %v; want 2 replicas, non-root", err)
+	}
+
+	out, err = apply(dir)
+	if err != nil || strings.Contains(out, "created Secret") {
+		t.Errorf("applying again: %v (the secret must be kept)\n%s", err, out)
+	}
+	sec2, _ := kube.CoreV1().Secrets("sandpit").Get(t.Context(), "sandpit-cluster", metav1.GetOptions{})
+	if string(sec2.Data["secret"]) != string(sec.Data["secret"]) {
+		t.Error("applying again replaced the cluster secret")
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: typo\nautomountServiceAcountToken: false\n"), 0o644)
+	if out, err := apply(bad); err == nil {
+		t.Errorf("a manifest with a field the API does not know was applied:\n%s", out)
+	}
+
+	st, err := exec.Command(binPath, "cluster", "status", "--kubeconfig", c.Kubeconfig).CombinedOutput()
+	if err != nil || !strings.Contains(string(st), "NODE") || !strings.Contains(string(st), "TENANT") {
+		t.Errorf("sandpit cluster status: %v\n%s", err, st)
+	}
 }
