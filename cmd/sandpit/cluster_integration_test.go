@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,6 +58,7 @@ func serviceAccountKubeconfig(t *testing.T, c *kubetest.Cluster, name string) st
 // session lands on the other node with the workspace as it was; nodes
 // refuse callers without the cluster's secret.
 func TestClusterEndToEnd(t *testing.T) {
+	testenv.Containerd(t) // before the control plane: skips (or fails) first
 	c := kubetest.Start(t)
 	c.Namespace(t, "sandpit")
 	c.Apply(t, kubetest.RepoFile(t, "scripts/kubernetes/crd.yaml"), "sandpit")
@@ -139,7 +141,7 @@ func TestClusterEndToEnd(t *testing.T) {
 	})
 
 	// A second node, then node-a dies without a word.
-	startHTTPWith(t, httpOpts{data: shared}, nodeFlags("node-b")...)
+	nodeB := startHTTPWith(t, httpOpts{data: shared}, append(nodeFlags("node-b"), "--cluster-drain-grace", "15s")...)
 	nodeA.cmd.Process.Kill()
 	<-nodeA.exited
 	died := time.Now()
@@ -173,6 +175,47 @@ func TestClusterEndToEnd(t *testing.T) {
 	spec, _, _ := unstructured.NestedStringMap(obj.Object, "spec")
 	if spec["node"] != "node-b" || spec["previousNode"] != "node-a" || !strings.Contains(spec["reason"], "lapsed") {
 		t.Errorf("placement after node-a died: %v, want node-b, moved from node-a because its lease lapsed", spec)
+	}
+
+	// node-b is stopped the way Kubernetes stops a Pod (SIGTERM): it
+	// marks itself draining and serves on while front doors move its
+	// tenants, so alice's next session is on node-c before node-b exits.
+	startHTTPWith(t, httpOpts{data: shared}, nodeFlags("node-c")...)
+	nodeB.cmd.Process.Signal(syscall.SIGTERM)
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), testenv.Patience)
+		res, err := tryCall(ctx, front.url, tok, "run_code", map[string]any{"language": "python", "code": "print(open('note.txt').read())"})
+		cancel()
+		if err != nil || res.IsError {
+			t.Fatalf("a call while node-b drains: %v %v", err, res)
+		}
+		obj, err := dyn.Resource(cluster.WorkspaceGVR).Namespace("sandpit").Get(t.Context(), list.Items[0].GetName(), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec, _, _ := unstructured.NestedStringMap(obj.Object, "spec")
+		if spec["node"] == "node-c" {
+			if !strings.Contains(spec["reason"], "draining") {
+				t.Errorf("moved off node-b: %v, want because it drains", spec)
+			}
+			if r := runResult(t, res); r.Stdout != "placed\n" && r.Stdout != "placed" {
+				t.Errorf("alice's workspace during the drain: %+v", r)
+			}
+			break
+		}
+		select {
+		case <-nodeB.exited:
+			t.Fatalf("node-b exited before alice's workspace left it: %v", spec)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	select {
+	case <-nodeB.exited:
+	case <-time.After(testenv.Patience):
+		t.Error("node-b did not exit after its drain")
+	}
+	if !strings.Contains(nodeB.stderr.String(), "draining") {
+		t.Errorf("node-b's log does not say it drained:\n%s", nodeB.stderr.String())
 	}
 }
 

@@ -26,7 +26,7 @@ const ns = "sandpit"
 
 // clients are a separate connection each: a node agent, a front door
 // replica, as separate processes would have.
-func clients(t *testing.T, cfg *rest.Config) (kubernetes.Interface, dynamic.Interface) {
+func clients(t testing.TB, cfg *rest.Config) (kubernetes.Interface, dynamic.Interface) {
 	t.Helper()
 	cfg = cluster.Tune(rest.CopyConfig(cfg))
 	kube, err := kubernetes.NewForConfig(cfg)
@@ -50,7 +50,7 @@ func agent(t *testing.T, cfg *rest.Config, node string, d time.Duration) *cluste
 	return a
 }
 
-func placer(t *testing.T, cfg *rest.Config) *cluster.Placer {
+func placer(t testing.TB, cfg *rest.Config) *cluster.Placer {
 	kube, dyn := clients(t, cfg)
 	return &cluster.Placer{Kube: kube, Dynamic: dyn, Namespace: ns}
 }
