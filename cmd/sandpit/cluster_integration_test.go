@@ -93,6 +93,11 @@ func TestClusterEndToEnd(t *testing.T) {
 	if r.Stdout != "42\n" {
 		t.Fatalf("run_code through the front door: %+v", r)
 	}
+	// A session on node-a: its memory will be lost with node-a, and the
+	// next call naming it must say so.
+	if r := runResult(t, call(t, alice, "run_code", map[string]any{"language": "python", "session": "s", "code": "x = 41"})); r.Status != "success" {
+		t.Fatalf("session call on node-a: %+v", r)
+	}
 	dyn, err := dynamic.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -167,6 +172,26 @@ func TestClusterEndToEnd(t *testing.T) {
 		time.Since(died).Round(time.Millisecond), cluster.DefaultCacheFor)
 	if r := runResult(t, moved); r.Stdout != "placed\n" {
 		t.Errorf("alice's workspace after the move: %+v, want the file written on node-a", r)
+	}
+	// The session lived on node-a: the first call naming it says it is
+	// lost, and why; the next starts a new one.
+	ctx, cancel := context.WithTimeout(t.Context(), testenv.Patience)
+	lost, err := tryCall(ctx, front.url, tok, "run_code", map[string]any{"language": "python", "session": "s", "code": "print(x + 1)"})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := runResult(t, lost); r.Status != "session_lost" || r.Session == nil || !r.Session.Lost || !strings.Contains(r.Session.LostReason, "node node-a") {
+		t.Errorf("a session of the dead node-a, named on node-b: %+v (session %+v), want session_lost saying it lived on node-a", r, r.Session)
+	}
+	ctx, cancel = context.WithTimeout(t.Context(), testenv.Patience)
+	fresh, err := tryCall(ctx, front.url, tok, "run_code", map[string]any{"language": "python", "session": "s", "code": "print('new')"})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := runResult(t, fresh); r.Status != "success" || r.Session == nil || !r.Session.New {
+		t.Errorf("the session name after its loss was reported: %+v, want a new session", r)
 	}
 	obj, err := dyn.Resource(cluster.WorkspaceGVR).Namespace("sandpit").Get(t.Context(), list.Items[0].GetName(), metav1.GetOptions{})
 	if err != nil {
