@@ -145,6 +145,32 @@ func TestClusterEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("a sandbox placed through the front door is locked down", func(t *testing.T) {
+		apiHost, apiPort, _ := strings.Cut(strings.TrimPrefix(c.APIServer, "https://"), ":")
+		nodeHost, nodePort, _ := strings.Cut(strings.TrimPrefix(nodeA.base, "http://"), ":")
+		connect := func(host, port string) string {
+			return fmt.Sprintf("import socket\ntry:\n    socket.create_connection((%q, %s), timeout=3)\n    print('CONNECTED')\nexcept OSError as e:\n    print('blocked', e)\n", host, port)
+		}
+		for _, tt := range []struct{ name, lang, code, want string }{
+			{"no effective caps", "bash", "grep CapEff /proc/self/status", "CapEff:\t0000000000000000"},
+			{"seccomp filter", "bash", "grep Seccomp: /proc/self/status", "Seccomp:\t2"},
+			{"non-root", "bash", "id -u", "1000"},
+			{"read-only root", "bash", "touch /usr/x 2>&1; echo rc=$?", "Read-only file system"},
+			{"only loopback", "bash", "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '", "lo\n"},
+			{"the API server is out of reach", "python", connect(apiHost, apiPort), "blocked"},
+			{"its node's own port is out of reach", "python", connect(nodeHost, nodePort), "blocked"},
+			{"no cluster secret", "bash", "cat " + secret + " 2>&1; echo rc=$?", "No such file"},
+			{"no kubeconfig", "bash", "cat " + nodeKC + " 2>&1; ls /var/run/secrets 2>&1; echo rc=$?", "No such file"},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				r := runResult(t, call(t, alice, "run_code", map[string]any{"language": tt.lang, "code": tt.code}))
+				if got := r.Stdout + r.Stderr; !strings.Contains(got, tt.want) {
+					t.Errorf("output %q does not contain %q (status %s)", got, tt.want, r.Status)
+				}
+			})
+		}
+	})
+
 	// A second node, then node-a dies without a word.
 	nodeB := startHTTPWith(t, httpOpts{data: shared}, append(nodeFlags("node-b"), "--cluster-drain-grace", "15s")...)
 	nodeA.cmd.Process.Kill()
