@@ -362,10 +362,11 @@ func TestBenchHTTPCluster(t *testing.T) {
 	if cl.LatencyNode == "" || cl.FrontMinusDirectP50MS == nil || cl.FrontMinusDirectP90MS == nil {
 		t.Errorf("latency node %q, front − direct %v %v", cl.LatencyNode, cl.FrontMinusDirectP50MS, cl.FrontMinusDirectP90MS)
 	}
-	if cl.PlaceNew == nil || cl.PlacePlaced == nil {
+	if cl.PlaceNew == nil || cl.PlaceNewBurst == nil || cl.PlacePlaced == nil {
 		t.Error("no placement figures")
 	} else {
 		clean("place a new tenant", *cl.PlaceNew, 2)
+		clean("place new tenants back to back", *cl.PlaceNewBurst, 2)
 		clean("place a placed tenant", *cl.PlacePlaced, 2)
 	}
 	if f := cl.Failover; f == nil {
