@@ -460,8 +460,17 @@ func (cb *clusterBench) throughput(ctx context.Context, tenants []string, nodes 
 			continue
 		}
 		cs[i] = c
-		if node, err := cb.nodeOf(ctx, t); err == nil {
+		node, err := cb.nodeOf(ctx, t)
+		if err == nil {
 			out.Spread[node]++
+			// The Placer counts placements from the API server's watch
+			// cache: the next tenant is placed once this one shows there,
+			// so the spread is what it would be with tenants arriving
+			// apart.
+			err = cb.waitCached(ctx, t, node)
+		}
+		if err != nil {
+			first.set(fmt.Errorf("%s: %w", t, err))
 		}
 	}
 	var (
@@ -501,6 +510,27 @@ func (cb *clusterBench) throughput(ctx context.Context, tenants []string, nodes 
 	out.RunsPerSec = round3(float64(out.Runs) / wall.Seconds())
 	out.P50MS, out.P90MS = ms(Percentile(dur, 50)), ms(Percentile(dur, 90))
 	return out
+}
+
+// waitCached waits, up to 5 s, until the API server's watch cache shows
+// tenant placed on node.
+func (cb *clusterBench) waitCached(ctx context.Context, tenant, node string) error {
+	res := cb.dyn.Resource(cluster.WorkspaceGVR).Namespace(clusterNamespace)
+	for deadline := time.Now().Add(5 * time.Second); ; sleep(ctx, 20*time.Millisecond) {
+		list, err := res.List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err == nil {
+			for _, o := range list.Items {
+				t, _, _ := unstructured.NestedString(o.Object, "spec", "tenant")
+				n, _, _ := unstructured.NestedString(o.Object, "spec", "node")
+				if t == tenant && n == node {
+					return nil
+				}
+			}
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("the watch cache did not show %s on %s within 5 s (%v)", tenant, node, err)
+		}
+	}
 }
 
 // failover SIGKILLs the node of a tenant and tries calls through the
