@@ -221,6 +221,7 @@ func (r *Runtime) Settle() {
 // background cleanup and releases the engine.
 func (r *Runtime) Close() error {
 	r.closeOnce.Do(func() { close(r.closing) })
+	r.ctrd.Closing() // removals retrying against a lost daemon stop waiting
 	r.sess.closeAll()
 	for _, p := range r.pools {
 		p.close()

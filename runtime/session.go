@@ -60,6 +60,22 @@ type SessionConfig struct {
 	Grace time.Duration
 	// PerTenant is how many of them one tenant may hold (0: Max).
 	PerTenant int
+	// Ledger, when set, records outside this server which sessions it
+	// holds, so that a session a server that is gone held is reported
+	// session_lost by the next one (store/ledger: a cluster's nodes share
+	// it through the tenants' data dir).
+	Ledger SessionLedger
+}
+
+// SessionLedger records which server holds each named session of a tenant.
+type SessionLedger interface {
+	Record(tenant, name string) error
+	// Forget drops a record this server made (the session ended and its
+	// caller was told).
+	Forget(tenant, name string)
+	// Lost says why a session this server does not hold is lost ("":
+	// another server never held it), and consumes the record.
+	Lost(tenant, name string) string
 }
 
 // PerTenantLimit is how many sessions one tenant may hold.
@@ -239,6 +255,17 @@ func (r *Runtime) runSession(ctx context.Context, req sandpit.Request) (*sandpit
 		tries     int
 		startedAt = time.Now()
 	)
+	if why := r.sess.lostElsewhere(sessKey{req.Tenant, req.Session}); why != "" {
+		// Its memory is gone with another server: say so rather than run
+		// code that expects it in a new, empty session.
+		res := &sandpit.Result{ID: req.ID, Language: lang.Name, Started: startedAt.UTC(), Limits: r.Limits(timeout),
+			Status: sandpit.StatusSessionLost, ExitCode: -1,
+			Session: &sandpit.SessionResult{Name: req.Session, Lost: true, LostReason: why}}
+		if res.ID == "" {
+			res.ID = newRunID()
+		}
+		return res, nil
+	}
 	for {
 		s, isNew, prev, err = r.sess.get(ctx, sessKey{req.Tenant, req.Session}, lang)
 		if err != nil {
@@ -620,8 +647,28 @@ func (m *sessions) get(ctx context.Context, key sessKey, lang *LanguageSpec) (s 
 		return nil, false, "", err
 	}
 	close(s.ready)
+	if l := m.cfg.Ledger; l != nil {
+		if err := l.Record(key.tenant, name); err != nil {
+			m.r.log.Warn("session not recorded: were this server lost, the next would start it afresh without saying so", "session", name, "err", err)
+		}
+	}
 	m.r.log.Info("session started", "session", name, "tenant", key.tenant, "sandbox", s.w.sb.id)
 	return s, true, prev, nil
+}
+
+// lostElsewhere says why key's session is lost when this server does not
+// hold it and the ledger says another server did.
+func (m *sessions) lostElsewhere(key sessKey) string {
+	if m.cfg.Ledger == nil {
+		return ""
+	}
+	m.mu.Lock()
+	_, open := m.open[key]
+	m.mu.Unlock()
+	if open {
+		return ""
+	}
+	return m.cfg.Ledger.Lost(key.tenant, key.name)
 }
 
 // openNames lists tenant's open sessions by name. m.mu is held.
@@ -780,6 +827,11 @@ func (m *sessions) end(s *session, why string) ([]string, int) {
 	if keeper != nil {
 		keeper.Release()
 	}
+	if l := m.cfg.Ledger; l != nil && why != whyShutdown {
+		// A server that stops keeps its records: the next one says the
+		// sessions are lost.
+		l.Forget(s.tenant, s.name)
+	}
 	m.r.log.Info("session ended", "session", s.name, "tenant", s.tenant, "why", why)
 	s.out.abandon()
 	s.errs.abandon()
@@ -879,6 +931,9 @@ func (m *sessions) reap() {
 }
 
 // closeAll ends every session (the runtime is closing).
+// whyShutdown ends every session when the server stops.
+const whyShutdown = "the server shut down"
+
 func (m *sessions) closeAll() {
 	m.mu.Lock()
 	m.closed = true
@@ -889,7 +944,7 @@ func (m *sessions) closeAll() {
 	m.mu.Unlock()
 	for _, s := range all {
 		<-s.ready
-		m.end(s, "the server shut down")
+		m.end(s, whyShutdown)
 	}
 }
 

@@ -555,12 +555,15 @@ start_apiserver() {
 		# loopback endpoint), and nothing here routes to it anyway.
 		# No --cloud-provider, default admission plugins; no
 		# controller manager runs (see "What runs" above).
+		# --allow-privileged as kubeadm and every managed cluster set it:
+		# sandpit's node DaemonSet needs it (scripts/kubernetes/node.yaml).
 		setsid "$bindir/kube-apiserver" \
 			--etcd-servers "$etcd_url" \
 			--bind-address "$bind" --advertise-address "$bind" --secure-port "$port" \
 			--cert-dir "$p" --tls-cert-file "$p/apiserver.crt" --tls-private-key-file "$p/apiserver.key" \
 			--client-ca-file "$p/ca.crt" \
 			--authorization-mode Node,RBAC \
+			--allow-privileged=true \
 			--service-account-issuer https://kubernetes.default.svc.cluster.local \
 			--service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
 			--service-cluster-ip-range "$svcrange" \

@@ -37,11 +37,15 @@ go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 echo "== containerd"
 sock=$(scripts/containerd.sh start)
 
-echo "== images, and ory/hydra (the OAuth server the auth tests run against)"
+echo "== images, ory/hydra (the OAuth server the auth tests run against) and a Kubernetes control plane"
 # hydra is built from the Go module proxy into a cache outside the checkout
 # (cold: about 3 minutes), beside the image builds.
 scripts/hydra.sh build >"${TMPDIR:-/tmp}/sandpit-hydra-build.log" 2>&1 &
 hydra=$!
+# kube-apiserver and etcd for the cluster tests (scripts/k8s.sh: from the Go
+# module proxy into the same cache; cold about 4 minutes of CPU), beside.
+scripts/k8s.sh build >"${TMPDIR:-/tmp}/sandpit-k8s-build.log" 2>&1 &
+k8s=$!
 # toolchain: what most integration tests run on; datascience: what serve
 # runs every language on by default (the data stack, plots, JavaScript).
 # Built side by side: one downloads while the other unpacks (cold, about
@@ -52,6 +56,9 @@ bin/sandpit images build --address "$sock" datascience
 wait "$toolchain"
 if ! wait "$hydra"; then
 	echo "scripts/hydra.sh build failed:"; cat "${TMPDIR:-/tmp}/sandpit-hydra-build.log"; exit 1
+fi
+if ! wait "$k8s"; then
+	echo "scripts/k8s.sh build failed:"; cat "${TMPDIR:-/tmp}/sandpit-k8s-build.log"; exit 1
 fi
 
 echo "== tests"

@@ -31,7 +31,15 @@ stdio (http-latency), many clients at once (http-concurrent), one tenant
 while another runs flat out (http-fair), run_code under a flood of
 unauthenticated requests (http-flood), and the server's memory with many
 idle sessions open (http-idle); --only picks parts. Example:
-   sudo sandpit bench --http --n 30`,
+   sudo sandpit bench --http --n 30
+
+With --cluster-kubeconfig K (a running API server: scripts/k8s.sh up DIR)
+--http also measures a cluster on this host (http-cluster): two node agents
+and a front door (namespace sandpit; the bench applies the SandpitWorkspace
+CRD): run_code through the front door against straight to the node,
+placing a tenant, 8 tenants flat out with 2 nodes and with 1, and failover
+after a node is SIGKILLed. Without it http-cluster is skipped. Example:
+   sudo sandpit bench --http --only http-cluster --cluster-kubeconfig K`,
 		Flags: append(containerdFlags(),
 			&cli.IntFlag{Name: "n", Value: 30, Usage: "measured rounds (each runs every comparator once)"},
 			&cli.IntFlag{Name: "warmup", Value: 3, Usage: "unmeasured rounds first"},
@@ -55,6 +63,8 @@ idle sessions open (http-idle); --only picks parts. Example:
 			&cli.IntFlag{Name: "flood-connections", Value: 64, Usage: "--http: keep-alive connections the flood uses"},
 			&cli.DurationFlag{Name: "load-time", Value: 10 * time.Second, Usage: "--http: how long the flood (and tenant A's load in http-fair) lasts; the quiet phases before and after last as long"},
 			&cli.IntFlag{Name: "fair-clients", Value: 8, Usage: "--http: tenant A's clients running flat out in http-fair"},
+			&cli.StringFlag{Name: "cluster-kubeconfig", Usage: "--http: the kubeconfig of a running Kubernetes API server for http-cluster (two node agents and a front door on this host; without it http-cluster is skipped)"},
+			&cli.IntFlag{Name: "cluster-clients", Value: 8, Usage: "--http: tenants (one client each) running flat out in http-cluster's throughput, for --load-time with 2 nodes and with 1"},
 		),
 		Action: runBench,
 	}
@@ -123,6 +133,9 @@ func runBench(c *cli.Context) error {
 			FloodConns:  c.Int("flood-connections"),
 			LoadTime:    c.Duration("load-time"),
 			FairClients: c.Int("fair-clients"),
+
+			ClusterKubeconfig: c.String("cluster-kubeconfig"),
+			ClusterClients:    c.Int("cluster-clients"),
 		})
 	} else {
 		report, err = bench.Run(ctx, cfg)

@@ -12,26 +12,41 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/sandpit-dev/sandpit/internal/bench"
+	"github.com/sandpit-dev/sandpit/internal/cluster"
+	"github.com/sandpit-dev/sandpit/internal/kubetest"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
+	"github.com/sandpit-dev/sandpit/runtime"
 )
 
 // benchOutput runs `sandpit bench` small against the test containerd. It
 // checks the report's structure, never its timings.
 func benchOutput(t *testing.T, args ...string) (stdout, stderr string) {
 	t.Helper()
+	stdout, stderr, _ = benchOutputAs(t, testenv.Instance(t), args...)
+	return stdout, stderr
+}
+
+// benchOutputAs is benchOutput with the bench's --instance inst; it
+// returns the bench's --state-dir too.
+func benchOutputAs(t *testing.T, inst string, args ...string) (stdout, stderr, state string) {
+	t.Helper()
 	addr := testenv.Containerd(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	// The runc baseline's rootfs must be reachable by the sandbox's
 	// unprivileged root: open up the private temp dirs above it.
-	state := t.TempDir()
+	state = t.TempDir()
 	for _, d := range []string{state, filepath.Dir(state)} {
 		if err := os.Chmod(d, 0o711); err != nil {
 			t.Fatal(err)
 		}
 	}
-	base := []string{"bench", "--address", addr, "--no-start", "--instance", testenv.Instance(t), "--state-dir", state,
+	base := []string{"bench", "--address", addr, "--no-start", "--instance", inst, "--state-dir", state,
 		"--n", "2", "--warmup", "0", "--docker-image", "sandpit-test-absent:none"}
 	cmd := exec.CommandContext(ctx, binPath, append(base, args...)...)
 	var out, errb bytes.Buffer
@@ -39,7 +54,7 @@ func benchOutput(t *testing.T, args ...string) (stdout, stderr string) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("sandpit bench: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
 	}
-	return out.String(), errb.String()
+	return out.String(), errb.String(), state
 }
 
 func TestBenchJSON(t *testing.T) {
@@ -212,8 +227,12 @@ func TestBenchHTTP(t *testing.T) {
 	if len(r.Latency) != 0 || len(r.Throughput) != 0 {
 		t.Errorf("--http ran the other bench too: %+v %+v", r.Latency, r.Throughput)
 	}
-	if len(r.Unavailable) != 0 {
-		t.Errorf("parts unavailable: %+v", r.Unavailable)
+	// http-cluster needs --cluster-kubeconfig: skipped, saying so.
+	if len(r.Unavailable) != 1 || r.Unavailable[0].Name != "http-cluster" || !strings.Contains(r.Unavailable[0].Reason, "no --cluster-kubeconfig") {
+		t.Errorf("parts unavailable: %+v; want only http-cluster, skipped for want of --cluster-kubeconfig", r.Unavailable)
+	}
+	if h := r.HTTP; h != nil && h.Cluster != nil {
+		t.Errorf("http-cluster figures without a kubeconfig: %+v", h.Cluster)
 	}
 	if !strings.Contains(h.Server, "--listen 127.0.0.1:0") || h.Protocol == "" {
 		t.Errorf("server %q, protocol %q", h.Server, h.Protocol)
@@ -294,5 +313,121 @@ func TestBenchHTTPTable(t *testing.T) {
 		if strings.Contains(out, not) {
 			t.Errorf("ran %s, beyond --only http-latency:\n%s", not, out)
 		}
+	}
+}
+
+// TestBenchHTTPCluster runs http-cluster, small, against a control plane
+// of its own: every figure is there, and nothing is left behind (the
+// bench's processes, its instances' containers and snapshots, its dirs,
+// its Leases and placements). Never how fast.
+func TestBenchHTTPCluster(t *testing.T) {
+	c := kubetest.Start(t)
+	inst := testenv.Instance(t)
+	out, stderr, state := benchOutputAs(t, inst, "--http", "--only", "http-cluster", "--json", "--gap", "0",
+		"--cluster-kubeconfig", c.Kubeconfig, "--load-time", "1s", "--cluster-clients", "2")
+	var r bench.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("report is not JSON: %v\n%s\nstderr:\n%s", err, out, stderr)
+	}
+	if len(r.Unavailable) != 0 {
+		t.Errorf("unavailable: %+v\nstderr:\n%s", r.Unavailable, stderr)
+	}
+	h := r.HTTP
+	if h == nil || h.Cluster == nil {
+		t.Fatalf("no http-cluster figures:\n%s\nstderr:\n%s", out, stderr)
+	}
+	if h.Latency != nil || h.Concurrent != nil || h.Fair != nil || h.Flood != nil || h.Idle != nil || h.Server != "" {
+		t.Errorf("ran more than --only http-cluster: %+v", h)
+	}
+	cl := h.Cluster
+	if len(cl.Nodes) == 0 || !strings.Contains(cl.Nodes[0], "--cluster-lease 3s") || !strings.Contains(cl.FrontDoor, "--cluster") ||
+		cl.LeaseMS != 3000 || cl.CacheMS <= 0 || cl.Namespace != "sandpit" {
+		t.Errorf("servers: %q, %q, lease %d ms, cache %d ms, namespace %q", cl.Nodes, cl.FrontDoor, cl.LeaseMS, cl.CacheMS, cl.Namespace)
+	}
+	clean := func(what string, l bench.Latency, n int) {
+		t.Helper()
+		if l.N != n || l.Errors != 0 {
+			t.Errorf("%s: n=%d errors=%d (%s), want %d clean", what, l.N, l.Errors, l.FirstError, n)
+		}
+		if l.N > 0 && !(0 < l.MinMS && l.MinMS <= l.MedianMS && l.MedianMS <= l.P90MS && l.P90MS <= l.MaxMS) {
+			t.Errorf("%s: min %v median %v p90 %v max %v out of order", what, l.MinMS, l.MedianMS, l.P90MS, l.MaxMS)
+		}
+	}
+	if len(cl.Latency) != 2 || !strings.Contains(cl.Latency[0].Name, "front door") || !strings.Contains(cl.Latency[1].Name, "straight to the node") {
+		t.Errorf("latency rows %+v", cl.Latency)
+	} else {
+		clean(cl.Latency[0].Name, cl.Latency[0], 2)
+		clean(cl.Latency[1].Name, cl.Latency[1], 2)
+	}
+	if cl.LatencyNode == "" || cl.FrontMinusDirectP50MS == nil || cl.FrontMinusDirectP90MS == nil {
+		t.Errorf("latency node %q, front − direct %v %v", cl.LatencyNode, cl.FrontMinusDirectP50MS, cl.FrontMinusDirectP90MS)
+	}
+	if cl.PlaceNew == nil || cl.PlaceNewBurst == nil || cl.PlacePlaced == nil {
+		t.Error("no placement figures")
+	} else {
+		clean("place a new tenant", *cl.PlaceNew, 2)
+		clean("place new tenants back to back", *cl.PlaceNewBurst, 2)
+		clean("place a placed tenant", *cl.PlacePlaced, 2)
+	}
+	if f := cl.Failover; f == nil {
+		t.Error("no failover")
+	} else if !f.OK || f.Seconds <= 0 || f.Attempts < 1 || f.Killed == "" || f.MovedTo == "" || f.MovedTo == f.Killed || f.LeaseMS != 3000 {
+		t.Errorf("failover %+v", f)
+	}
+	if len(cl.Throughput) != 2 {
+		t.Errorf("throughput %+v, want with 2 nodes and with 1", cl.Throughput)
+	} else {
+		for i, tp := range cl.Throughput {
+			nodes := 0
+			for _, n := range tp.Spread {
+				nodes += min(n, 1)
+			}
+			if tp.Nodes != 2-i || tp.Clients != 2 || tp.Runs < 1 || tp.Errors != 0 || tp.RunsPerSec <= 0 || nodes != tp.Nodes {
+				t.Errorf("throughput with %d nodes: %+v", 2-i, tp)
+			}
+		}
+		if cl.Ratio == nil {
+			t.Error("no throughput ratio")
+		}
+	}
+	if len(r.Leftovers) != 0 {
+		t.Errorf("left behind: %v", r.Leftovers)
+	}
+
+	// Nothing of the bench's runs, or is left in containerd or the API.
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte(inst)) {
+			t.Errorf("%s still runs: %q", filepath.Dir(p), bytes.ReplaceAll(b, []byte{0}, []byte{' '}))
+		}
+	}
+	cc, ctx := containerdClient(t, testenv.Containerd(t))
+	defer cc.Close()
+	ctrs, err := cc.Containers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ctr := range ctrs {
+		labels, err := ctr.Labels(ctx)
+		if err == nil && strings.HasPrefix(labels[runtime.LabelInstance], inst+"-") {
+			t.Errorf("container %s of %s left behind", ctr.ID(), labels[runtime.LabelInstance])
+		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(state, inst)); len(ents) > 0 {
+		t.Errorf("the bench's dir %s is left: %d entries", filepath.Join(state, inst), len(ents))
+	}
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws, err := dyn.Resource(cluster.WorkspaceGVR).Namespace("sandpit").List(t.Context(), metav1.ListOptions{}); err != nil || len(ws.Items) != 0 {
+		t.Errorf("placements left: %v, %v", ws, err)
+	}
+	kube, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls, err := kube.CoordinationV1().Leases("sandpit").List(t.Context(), metav1.ListOptions{}); err != nil || len(ls.Items) != 0 {
+		t.Errorf("leases left: %v, %v", ls, err)
 	}
 }

@@ -15,8 +15,6 @@ import (
 	"github.com/urfave/cli/v2"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/auth"
@@ -36,6 +34,8 @@ func clusterFlags() []cli.Flag {
 		&cli.StringFlag{Name: "cluster-secret-file", Usage: "a file holding the secret front doors and nodes share (at least 32 characters: `openssl rand -hex 32`); required with --cluster and --cluster-node"},
 		&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: "the Kubernetes API's kubeconfig (default: the Pod's service account, in a cluster)"},
 		&cli.DurationFlag{Name: "cluster-lease", Value: cluster.DefaultLeaseDuration, Usage: "--cluster-node: a node is gone this long after its last renewal"},
+		&cli.StringFlag{Name: "cluster-kube-node", EnvVars: []string{"KUBE_NODE_NAME"}, Usage: "--cluster-node: the Kubernetes Node this runs on; while it is cordoned (kubectl cordon or drain) this node drains: its tenants move to other nodes"},
+		&cli.DurationFlag{Name: "cluster-drain-grace", Value: 2*cluster.DefaultCacheFor + time.Second, Usage: "--cluster-node: at SIGTERM, how long the node keeps serving after it marked itself draining (front doors move its tenants meanwhile) before it cancels what still runs"},
 	}
 }
 
@@ -44,7 +44,7 @@ func checkClusterFlags(c *cli.Context) error {
 	front, node := c.Bool("cluster"), c.String("cluster-node") != ""
 	switch {
 	case !front && !node:
-		for _, f := range []string{"cluster-endpoint", "cluster-secret-file", "cluster-lease"} {
+		for _, f := range []string{"cluster-endpoint", "cluster-secret-file", "cluster-lease", "cluster-kube-node", "cluster-drain-grace"} {
 			if c.IsSet(f) {
 				return fmt.Errorf("--%s needs --cluster or --cluster-node", f)
 			}
@@ -64,15 +64,7 @@ func checkClusterFlags(c *cli.Context) error {
 // kubeClients connects to the Kubernetes API: --kubeconfig, or the Pod's
 // service account.
 func kubeClients(c *cli.Context) (kubernetes.Interface, dynamic.Interface, error) {
-	var (
-		cfg *rest.Config
-		err error
-	)
-	if kc := c.String("kubeconfig"); kc != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kc)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
+	cfg, err := restConfig(c.String("kubeconfig"))
 	if err != nil {
 		return nil, nil, sandpit.WithHint(fmt.Errorf("kubernetes API: %w", err), "give --kubeconfig, or run in a Pod with a service account")
 	}
@@ -160,10 +152,15 @@ func stopOnSignal(ctx context.Context, cancel func()) {
 	}()
 }
 
-// nodeAgent announces this server as cluster node --cluster-node once it
-// serves at endpoint; the returned stop drains the node and releases its
-// Lease. A Lease lost to another agent stops the server (lost).
-func nodeAgent(ctx context.Context, c *cli.Context, endpoint string, lost func()) (stop func(), err error) {
+// clusterNode is a running node agent.
+type clusterNode struct {
+	drain func() // marks the node draining and waits --cluster-drain-grace
+	stop  func() // releases the Lease
+}
+
+// nodeAgent announces this server as cluster node --cluster-node, serving
+// at endpoint. A Lease lost to another agent stops the server (lost).
+func nodeAgent(ctx context.Context, c *cli.Context, endpoint string, lost func()) (*clusterNode, error) {
 	kube, _, err := kubeClients(c)
 	if err != nil {
 		return nil, err
@@ -175,7 +172,7 @@ func nodeAgent(ctx context.Context, c *cli.Context, endpoint string, lost func()
 		return nil, fmt.Errorf("--cluster-endpoint %q: want an http(s) URL", endpoint)
 	}
 	a := &cluster.Agent{Client: kube, Namespace: c.String("cluster-namespace"), Node: c.String("cluster-node"),
-		Endpoint: endpoint, Duration: c.Duration("cluster-lease"), Logger: slog.Default()}
+		Endpoint: endpoint, Duration: c.Duration("cluster-lease"), KubeNode: c.String("cluster-kube-node"), Logger: slog.Default()}
 	if err := a.Start(ctx); err != nil {
 		return nil, err
 	}
@@ -188,17 +185,27 @@ func nodeAgent(ctx context.Context, c *cli.Context, endpoint string, lost func()
 			lost()
 		}
 	}()
-	slog.Info("cluster node announced", "node", a.Node, "endpoint", endpoint, "lease", a.Duration)
-	return func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		if err := a.Drain(sctx); err != nil {
-			slog.Warn("cluster: drain not recorded", "err", err)
-		}
-		cancel()
-		<-done
-		if err := a.Stop(sctx); err != nil {
-			slog.Warn("cluster: lease not released; it lapses by itself", "err", err)
-		}
+	slog.Info("cluster node announced", "node", a.Node, "endpoint", endpoint, "lease", a.Duration, "kube_node", a.KubeNode)
+	grace := c.Duration("cluster-drain-grace")
+	return &clusterNode{
+		drain: func() {
+			dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer dcancel()
+			if err := a.Drain(dctx); err != nil {
+				slog.Warn("cluster: drain not recorded; tenants move when the lease is released", "err", err)
+				return
+			}
+			slog.Info("cluster: draining: front doors move this node's tenants", "node", a.Node, "grace", grace)
+			time.Sleep(grace)
+		},
+		stop: func() {
+			cancel()
+			<-done
+			sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer scancel()
+			if err := a.Stop(sctx); err != nil {
+				slog.Warn("cluster: lease not released; it lapses by itself", "err", err)
+			}
+		},
 	}, nil
 }

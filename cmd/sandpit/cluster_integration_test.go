@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandpit-dev/sandpit/internal/cluster"
@@ -56,6 +58,7 @@ func serviceAccountKubeconfig(t *testing.T, c *kubetest.Cluster, name string) st
 // session lands on the other node with the workspace as it was; nodes
 // refuse callers without the cluster's secret.
 func TestClusterEndToEnd(t *testing.T) {
+	testenv.Containerd(t) // before the control plane: skips (or fails) first
 	c := kubetest.Start(t)
 	c.Namespace(t, "sandpit")
 	c.Apply(t, kubetest.RepoFile(t, "scripts/kubernetes/crd.yaml"), "sandpit")
@@ -89,6 +92,11 @@ func TestClusterEndToEnd(t *testing.T) {
 	r := runResult(t, call(t, alice, "run_code", map[string]any{"language": "python", "code": "open('note.txt','w').write('placed'); print(6*7)"}))
 	if r.Stdout != "42\n" {
 		t.Fatalf("run_code through the front door: %+v", r)
+	}
+	// A session on node-a: its memory will be lost with node-a, and the
+	// next call naming it must say so.
+	if r := runResult(t, call(t, alice, "run_code", map[string]any{"language": "python", "session": "s", "code": "x = 41"})); r.Status != "success" {
+		t.Fatalf("session call on node-a: %+v", r)
 	}
 	dyn, err := dynamic.NewForConfig(c.Config)
 	if err != nil {
@@ -137,8 +145,34 @@ func TestClusterEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("a sandbox placed through the front door is locked down", func(t *testing.T) {
+		apiHost, apiPort, _ := strings.Cut(strings.TrimPrefix(c.APIServer, "https://"), ":")
+		nodeHost, nodePort, _ := strings.Cut(strings.TrimPrefix(nodeA.base, "http://"), ":")
+		connect := func(host, port string) string {
+			return fmt.Sprintf("import socket\ntry:\n    socket.create_connection((%q, %s), timeout=3)\n    print('CONNECTED')\nexcept OSError as e:\n    print('blocked', e)\n", host, port)
+		}
+		for _, tt := range []struct{ name, lang, code, want string }{
+			{"no effective caps", "bash", "grep CapEff /proc/self/status", "CapEff:\t0000000000000000"},
+			{"seccomp filter", "bash", "grep Seccomp: /proc/self/status", "Seccomp:\t2"},
+			{"non-root", "bash", "id -u", "1000"},
+			{"read-only root", "bash", "touch /usr/x 2>&1; echo rc=$?", "Read-only file system"},
+			{"only loopback", "bash", "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '", "lo\n"},
+			{"the API server is out of reach", "python", connect(apiHost, apiPort), "blocked"},
+			{"its node's own port is out of reach", "python", connect(nodeHost, nodePort), "blocked"},
+			{"no cluster secret", "bash", "cat " + secret + " 2>&1; echo rc=$?", "No such file"},
+			{"no kubeconfig", "bash", "cat " + nodeKC + " 2>&1; ls /var/run/secrets 2>&1; echo rc=$?", "No such file"},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				r := runResult(t, call(t, alice, "run_code", map[string]any{"language": tt.lang, "code": tt.code}))
+				if got := r.Stdout + r.Stderr; !strings.Contains(got, tt.want) {
+					t.Errorf("output %q does not contain %q (status %s)", got, tt.want, r.Status)
+				}
+			})
+		}
+	})
+
 	// A second node, then node-a dies without a word.
-	startHTTPWith(t, httpOpts{data: shared}, nodeFlags("node-b")...)
+	nodeB := startHTTPWith(t, httpOpts{data: shared}, append(nodeFlags("node-b"), "--cluster-drain-grace", "15s")...)
 	nodeA.cmd.Process.Kill()
 	<-nodeA.exited
 	died := time.Now()
@@ -165,6 +199,26 @@ func TestClusterEndToEnd(t *testing.T) {
 	if r := runResult(t, moved); r.Stdout != "placed\n" {
 		t.Errorf("alice's workspace after the move: %+v, want the file written on node-a", r)
 	}
+	// The session lived on node-a: the first call naming it says it is
+	// lost, and why; the next starts a new one.
+	ctx, cancel := context.WithTimeout(t.Context(), testenv.Patience)
+	lost, err := tryCall(ctx, front.url, tok, "run_code", map[string]any{"language": "python", "session": "s", "code": "print(x + 1)"})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := runResult(t, lost); r.Status != "session_lost" || r.Session == nil || !r.Session.Lost || !strings.Contains(r.Session.LostReason, "node node-a") {
+		t.Errorf("a session of the dead node-a, named on node-b: %+v (session %+v), want session_lost saying it lived on node-a", r, r.Session)
+	}
+	ctx, cancel = context.WithTimeout(t.Context(), testenv.Patience)
+	fresh, err := tryCall(ctx, front.url, tok, "run_code", map[string]any{"language": "python", "session": "s", "code": "print('new')"})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := runResult(t, fresh); r.Status != "success" || r.Session == nil || !r.Session.New {
+		t.Errorf("the session name after its loss was reported: %+v, want a new session", r)
+	}
 	obj, err := dyn.Resource(cluster.WorkspaceGVR).Namespace("sandpit").Get(t.Context(), list.Items[0].GetName(), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -172,6 +226,47 @@ func TestClusterEndToEnd(t *testing.T) {
 	spec, _, _ := unstructured.NestedStringMap(obj.Object, "spec")
 	if spec["node"] != "node-b" || spec["previousNode"] != "node-a" || !strings.Contains(spec["reason"], "lapsed") {
 		t.Errorf("placement after node-a died: %v, want node-b, moved from node-a because its lease lapsed", spec)
+	}
+
+	// node-b is stopped the way Kubernetes stops a Pod (SIGTERM): it
+	// marks itself draining and serves on while front doors move its
+	// tenants, so alice's next session is on node-c before node-b exits.
+	startHTTPWith(t, httpOpts{data: shared}, nodeFlags("node-c")...)
+	nodeB.cmd.Process.Signal(syscall.SIGTERM)
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), testenv.Patience)
+		res, err := tryCall(ctx, front.url, tok, "run_code", map[string]any{"language": "python", "code": "print(open('note.txt').read())"})
+		cancel()
+		if err != nil || res.IsError {
+			t.Fatalf("a call while node-b drains: %v %v", err, res)
+		}
+		obj, err := dyn.Resource(cluster.WorkspaceGVR).Namespace("sandpit").Get(t.Context(), list.Items[0].GetName(), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec, _, _ := unstructured.NestedStringMap(obj.Object, "spec")
+		if spec["node"] == "node-c" {
+			if !strings.Contains(spec["reason"], "draining") {
+				t.Errorf("moved off node-b: %v, want because it drains", spec)
+			}
+			if r := runResult(t, res); r.Stdout != "placed\n" && r.Stdout != "placed" {
+				t.Errorf("alice's workspace during the drain: %+v", r)
+			}
+			break
+		}
+		select {
+		case <-nodeB.exited:
+			t.Fatalf("node-b exited before alice's workspace left it: %v", spec)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	select {
+	case <-nodeB.exited:
+	case <-time.After(testenv.Patience):
+		t.Error("node-b did not exit after its drain")
+	}
+	if !strings.Contains(nodeB.stderr.String(), "draining") {
+		t.Errorf("node-b's log does not say it drained:\n%s", nodeB.stderr.String())
 	}
 }
 
@@ -209,4 +304,64 @@ func newHTTPClient(ctx context.Context, url, token string) (*client.Client, erro
 		return nil, fmt.Errorf("initialize: %w", err)
 	}
 	return c, nil
+}
+
+// TestClusterApply: `sandpit cluster apply` puts every manifest of
+// scripts/kubernetes into a real API server (server-side apply: a field
+// the API does not know fails it), twice without harm, with the cluster
+// secret made once; `sandpit cluster status` lists nodes and placements.
+func TestClusterApply(t *testing.T) {
+	c := kubetest.Start(t)
+	dir := kubetest.RepoFile(t, "scripts/kubernetes")
+	apply := func(args ...string) (string, error) {
+		out, err := exec.Command(binPath, append([]string{"cluster", "apply", "--kubeconfig", c.Kubeconfig}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	out, err := apply(dir)
+	if err != nil {
+		t.Fatalf("sandpit cluster apply: %v\n%s", err, out)
+	}
+	for _, want := range []string{"Namespace sandpit", "CustomResourceDefinition sandpitworkspaces.sandpit.dev", "Role sandpit-node",
+		"ClusterRole sandpit-node-reader", "DaemonSet sandpit-node", "Deployment sandpit-front", "Service sandpit",
+		"NetworkPolicy sandpit-node", "NetworkPolicy sandpit-front", "created Secret sandpit-cluster"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("apply's output lacks %q:\n%s", want, out)
+		}
+	}
+	kube, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec, err := kube.CoreV1().Secrets("sandpit").Get(t.Context(), "sandpit-cluster", metav1.GetOptions{})
+	if err != nil || len(sec.Data["secret"]) < 32 {
+		t.Fatalf("cluster secret: %v, %v", sec, err)
+	}
+	ds, err := kube.AppsV1().DaemonSets("sandpit").Get(t.Context(), "sandpit-node", metav1.GetOptions{})
+	if err != nil || !*ds.Spec.Template.Spec.Containers[0].SecurityContext.Privileged || ds.Spec.Template.Spec.HostNetwork {
+		t.Errorf("node DaemonSet: %v; want privileged (mount propagation), no host network", err)
+	}
+	dep, err := kube.AppsV1().Deployments("sandpit").Get(t.Context(), "sandpit-front", metav1.GetOptions{})
+	if err != nil || *dep.Spec.Replicas < 2 || !*dep.Spec.Template.Spec.SecurityContext.RunAsNonRoot {
+		t.Errorf("front Deployment: %v; want 2 replicas, non-root", err)
+	}
+
+	out, err = apply(dir)
+	if err != nil || strings.Contains(out, "created Secret") {
+		t.Errorf("applying again: %v (the secret must be kept)\n%s", err, out)
+	}
+	sec2, _ := kube.CoreV1().Secrets("sandpit").Get(t.Context(), "sandpit-cluster", metav1.GetOptions{})
+	if string(sec2.Data["secret"]) != string(sec.Data["secret"]) {
+		t.Error("applying again replaced the cluster secret")
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: typo\nautomountServiceAcountToken: false\n"), 0o644)
+	if out, err := apply(bad); err == nil {
+		t.Errorf("a manifest with a field the API does not know was applied:\n%s", out)
+	}
+
+	st, err := exec.Command(binPath, "cluster", "status", "--kubeconfig", c.Kubeconfig).CombinedOutput()
+	if err != nil || !strings.Contains(string(st), "NODE") || !strings.Contains(string(st), "TENANT") {
+		t.Errorf("sandpit cluster status: %v\n%s", err, st)
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/instance"
 	"github.com/sandpit-dev/sandpit/oci"
 	"github.com/sandpit-dev/sandpit/runtime"
+	"github.com/sandpit-dev/sandpit/store/ledger"
 	"github.com/sandpit-dev/sandpit/store/workspace"
 )
 
@@ -138,6 +139,17 @@ func newRuntime(c *cli.Context, in *instance.Instance) (*runtime.Runtime, error)
 	}
 	cfg := runtimeConfig(c, addr)
 	cfg.Instance, cfg.StateDir = in.Name(), in.Dir()
+	if c.String("listen") != "" {
+		// Over HTTP each tenant's sessions are recorded in its data dir:
+		// the next server (after a restart, or the node a workspace moves
+		// to) says which were lost.
+		where := "the server of instance " + in.Name()
+		if n := c.String("cluster-node"); n != "" {
+			where = "node " + n
+		}
+		data := c.String("data-dir")
+		cfg.Sessions.Ledger = ledger.New(func(tenant string) string { return filepath.Join(data, "tenants", tenant, "sessions") }, where)
+	}
 	return runtime.New(cfg)
 }
 

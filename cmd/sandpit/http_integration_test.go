@@ -678,3 +678,37 @@ func TestUIBesideStdioServer(t *testing.T) {
 		}
 	}
 }
+
+// A session ends with its server; the next server on the same data dir
+// says so on the first call naming it (store/ledger), rather than running
+// the call in a new, empty session as if nothing had been there.
+func TestHTTPSessionLostAcrossRestart(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	tok := token(t, data, "alice")
+	first := startHTTP(t, data)
+	c := httpClient(t, first.url, tok)
+	if r := runResult(t, call(t, c, "run_code", map[string]any{"language": "python", "session": "work", "code": "x = 1"})); r.Status != "success" {
+		t.Fatalf("session call: %+v", r)
+	}
+	// A session closed by its caller is not reported lost later.
+	if r := runResult(t, call(t, c, "run_code", map[string]any{"language": "python", "session": "done", "code": "y = 2"})); r.Status != "success" {
+		t.Fatalf("session call: %+v", r)
+	}
+	if r := call(t, c, "close_session", map[string]any{"name": "done"}); r.IsError {
+		t.Fatalf("close_session: %s", text(r))
+	}
+	first.stop(t)
+
+	second := startHTTP(t, data)
+	c2 := httpClient(t, second.url, tok)
+	r := runResult(t, call(t, c2, "run_code", map[string]any{"language": "python", "session": "work", "code": "print(x)"}))
+	if r.Status != "session_lost" || r.Session == nil || !strings.Contains(r.Session.LostReason, "instance "+first.instance) {
+		t.Errorf("the first call naming a session of the stopped server: %+v (session %+v), want session_lost naming that server", r, r.Session)
+	}
+	if r := runResult(t, call(t, c2, "run_code", map[string]any{"language": "python", "session": "work", "code": "print(3)"})); r.Status != "success" || !r.Session.New {
+		t.Errorf("the next call: %+v, want a new session", r)
+	}
+	if r := runResult(t, call(t, c2, "run_code", map[string]any{"language": "python", "session": "done", "code": "print(4)"})); r.Status != "success" || !r.Session.New {
+		t.Errorf("a session closed with close_session, named again: %+v, want simply a new session", r)
+	}
+}

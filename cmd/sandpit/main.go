@@ -53,6 +53,7 @@ func main() {
 			tokenCommand(),
 			tenantsCommand(),
 			packagesCommand(),
+			clusterCommand(),
 		},
 	}
 	if err := app.Run(os.Args); err != nil {

@@ -158,6 +158,7 @@ func serveHTTP(c *cli.Context, rt *runtime.Runtime, in *instance.Instance, base 
 			return err
 		}
 	}
+	var beforeStop func() // a cluster node drains before it stops
 	if c.String("cluster-node") != "" {
 		// A node: calls front doors forward act for the tenant the front
 		// door proved, beside this server's own tokens.
@@ -167,12 +168,13 @@ func serveHTTP(c *cli.Context, rt *runtime.Runtime, in *instance.Instance, base 
 			return err
 		}
 		late.a = auth.Chain(auth.NewFrontDoor(secret), late.a)
-		stopNode, err := nodeAgent(ctx, c, f.PublicURL(), cancel)
+		node, err := nodeAgent(ctx, c, f.PublicURL(), cancel)
 		if err != nil {
 			ln.Close()
 			return err
 		}
-		defer stopNode()
+		defer node.stop()
+		beforeStop = node.drain
 	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -180,6 +182,12 @@ func serveHTTP(c *cli.Context, rt *runtime.Runtime, in *instance.Instance, base 
 	go func() {
 		select {
 		case sig := <-sigs:
+			if beforeStop != nil {
+				// A cluster node: its tenants move first, while it
+				// still serves what is in flight.
+				go func() { <-sigs; slog.Warn("second signal: exiting now"); os.Exit(1) }()
+				beforeStop()
+			}
 			slog.Info("stopping: cancelling in-flight runs", "signal", sig.String())
 			cancel()
 		case <-ctx.Done():

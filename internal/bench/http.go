@@ -43,7 +43,9 @@ import (
 
 // HTTPParts are the parts of the HTTP bench, in the order they run: the
 // idle sessions last, since they hold the most.
-var HTTPParts = []string{"http-latency", "http-concurrent", "http-fair", "http-flood", "http-idle"}
+// http-cluster (cluster.go) needs a Kubernetes API server
+// (ClusterKubeconfig): without one it is skipped, saying so.
+var HTTPParts = []string{"http-latency", "http-concurrent", "http-fair", "http-flood", "http-idle", "http-cluster"}
 
 // HTTPConfig is one `sandpit bench --http`.
 type HTTPConfig struct {
@@ -63,6 +65,11 @@ type HTTPConfig struct {
 	LoadTime              time.Duration
 	// FairClients run flat out as tenant A in http-fair (issue: 8).
 	FairClients int
+	// ClusterKubeconfig is the API server http-cluster runs its nodes and
+	// front door against; "" skips http-cluster. ClusterClients (one a
+	// tenant) run flat out in its throughput (issue: 8).
+	ClusterKubeconfig string
+	ClusterClients    int
 }
 
 // HTTPReport is what the HTTP bench measured.
@@ -82,6 +89,7 @@ type HTTPReport struct {
 	Idle       *HTTPIdle       `json:"idle,omitempty"`
 	Flood      *HTTPFlood      `json:"flood,omitempty"`
 	Fair       *HTTPFair       `json:"fair,omitempty"`
+	Cluster    *HTTPCluster    `json:"cluster,omitempty"`
 }
 
 // HTTPConcurrent is Clients clients making Calls calls each, all at once.
@@ -188,6 +196,7 @@ func RunHTTP(ctx context.Context, hc HTTPConfig) (*Report, error) {
 	want := func(p string) bool { return len(hc.Parts) == 0 || slices.Contains(hc.Parts, p) }
 	hc.Clients, hc.Calls, hc.Idle = max(hc.Clients, 1), max(hc.Calls, 1), max(hc.Idle, 1)
 	hc.FloodRate, hc.FloodConns, hc.FairClients = max(hc.FloodRate, 1), max(hc.FloodConns, 1), max(hc.FairClients, 1)
+	hc.ClusterClients = max(hc.ClusterClients, 1)
 	if hc.LoadTime <= 0 {
 		hc.LoadTime = 10 * time.Second
 	}
@@ -235,6 +244,28 @@ func (b *suite) runHTTP(ctx context.Context, hc HTTPConfig, want func(string) bo
 	v["runc"] = CommandVersion(ctx, b.cfg.Runtime.RuncBinary, "--version")
 	v["sandpit"] = b.cfg.Version
 
+	if slices.ContainsFunc(HTTPParts, func(p string) bool { return p != "http-cluster" && want(p) }) {
+		if err := b.runSingle(ctx, hc, want); err != nil {
+			return err
+		}
+	}
+	if want("http-cluster") && ctx.Err() == nil {
+		if hc.ClusterKubeconfig == "" {
+			b.report.Unavailable = append(b.report.Unavailable, Unavailable{Name: "http-cluster",
+				Reason: "skipped: no --cluster-kubeconfig (a running Kubernetes API server, e.g. from scripts/k8s.sh up DIR)"})
+		} else {
+			var err error
+			if hr.Cluster, err = b.httpCluster(ctx, hc); err != nil {
+				b.report.Unavailable = append(b.report.Unavailable, Unavailable{Name: "http-cluster", Reason: err.Error()})
+			}
+		}
+	}
+	return nil
+}
+
+// runSingle runs the parts against one `sandpit serve --listen`.
+func (b *suite) runSingle(ctx context.Context, hc HTTPConfig, want func(string) bool) error {
+	hr := b.report.HTTP
 	// Tokens first: the server re-reads its token file at most once a
 	// second, and a token it has not seen yet would be refused.
 	data := filepath.Join(b.dir, "http-data")
@@ -990,12 +1021,16 @@ func (s *httpServer) connect(ctx context.Context, token, version, self string) (
 
 // writeTable writes the HTTP bench's figures.
 func (h *HTTPReport) writeTable(bw *bufio.Writer, warmup int, gapMS int64) {
-	fmt.Fprintf(bw, "\nserver:  %s\n", h.Server)
-	fmt.Fprintf(bw, "clients: mcp-go Streamable HTTP, each on its own connection; protocol %s", or(h.Protocol, "-"))
-	if h.Idle != nil {
-		fmt.Fprintf(bw, " (idle sessions: %s, which has sessions)", mcpgo.ProtocolVersion20251125)
+	if h.Server != "" {
+		fmt.Fprintf(bw, "\nserver:  %s\n", h.Server)
 	}
-	fmt.Fprintln(bw)
+	if h.Server != "" || h.Cluster != nil {
+		fmt.Fprintf(bw, "clients: mcp-go Streamable HTTP, each on its own connection; protocol %s", or(h.Protocol, "-"))
+		if h.Idle != nil {
+			fmt.Fprintf(bw, " (idle sessions: %s, which has sessions)", mcpgo.ProtocolVersion20251125)
+		}
+		fmt.Fprintln(bw)
+	}
 	latencyRows := func(rows ...Latency) {
 		tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
 		w0 := len("name")
@@ -1065,6 +1100,9 @@ func (h *HTTPReport) writeTable(bw *bufio.Writer, warmup int, gapMS int64) {
 		if i.FirstError != "" {
 			fmt.Fprintf(bw, "  first error: %s\n", i.FirstError)
 		}
+	}
+	if h.Cluster != nil {
+		h.Cluster.writeTable(bw, warmup, gapMS, latencyRows)
 	}
 }
 

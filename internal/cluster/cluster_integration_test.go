@@ -1,4 +1,4 @@
-package cluster
+package cluster_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/kubetest"
 )
 
@@ -24,9 +26,9 @@ const ns = "sandpit"
 
 // clients are a separate connection each: a node agent, a front door
 // replica, as separate processes would have.
-func clients(t *testing.T, cfg *rest.Config) (kubernetes.Interface, dynamic.Interface) {
+func clients(t testing.TB, cfg *rest.Config) (kubernetes.Interface, dynamic.Interface) {
 	t.Helper()
-	cfg = Tune(rest.CopyConfig(cfg))
+	cfg = cluster.Tune(rest.CopyConfig(cfg))
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -38,24 +40,24 @@ func clients(t *testing.T, cfg *rest.Config) (kubernetes.Interface, dynamic.Inte
 	return kube, dyn
 }
 
-func agent(t *testing.T, cfg *rest.Config, node string, d time.Duration) *Agent {
+func agent(t *testing.T, cfg *rest.Config, node string, d time.Duration) *cluster.Agent {
 	t.Helper()
 	kube, _ := clients(t, cfg)
-	a := &Agent{Client: kube, Namespace: ns, Node: node, Endpoint: "https://" + node + ".test:8443", Duration: d}
+	a := &cluster.Agent{Client: kube, Namespace: ns, Node: node, Endpoint: "https://" + node + ".test:8443", Duration: d}
 	if err := a.Start(t.Context()); err != nil {
 		t.Fatalf("agent %s: %v", node, err)
 	}
 	return a
 }
 
-func placer(t *testing.T, cfg *rest.Config) *Placer {
+func placer(t testing.TB, cfg *rest.Config) *cluster.Placer {
 	kube, dyn := clients(t, cfg)
-	return &Placer{Kube: kube, Dynamic: dyn, Namespace: ns}
+	return &cluster.Placer{Kube: kube, Dynamic: dyn, Namespace: ns}
 }
 
 // run renews a's Lease until the returned stop is called (a dead agent
 // is one whose renewals stopped without a release).
-func run(t *testing.T, a *Agent) (stop func()) {
+func run(t *testing.T, a *cluster.Agent) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
@@ -83,8 +85,8 @@ func TestPlacementOnARealAPIServer(t *testing.T) {
 	ctx := t.Context()
 
 	p := placer(t, c.Config)
-	if _, err := p.Place(ctx, "early"); !errors.Is(err, ErrNoNodes) || !errors.Is(err, sandpit.ErrUnavailable) || !strings.Contains(sandpit.Describe(err), "sandpit node") {
-		t.Fatalf("placing with no node: %v, want ErrNoNodes (class unavailable) with a hint", err)
+	if _, err := p.Place(ctx, "early"); !errors.Is(err, cluster.ErrNoNodes) || !errors.Is(err, sandpit.ErrUnavailable) || !strings.Contains(sandpit.Describe(err), "sandpit node") {
+		t.Fatalf("placing with no node: %v, want cluster.ErrNoNodes (class unavailable) with a hint", err)
 	}
 
 	a := agent(t, c.Config, "node-a", 3*time.Second)
@@ -94,7 +96,7 @@ func TestPlacementOnARealAPIServer(t *testing.T) {
 
 	t.Run("one agent per node name", func(t *testing.T) {
 		kube, _ := clients(t, c.Config)
-		dup := &Agent{Client: kube, Namespace: ns, Node: "node-b", Endpoint: "https://elsewhere:1"}
+		dup := &cluster.Agent{Client: kube, Namespace: ns, Node: "node-b", Endpoint: "https://elsewhere:1"}
 		err := dup.Start(ctx)
 		if err == nil || !strings.Contains(err.Error(), "held by another agent") {
 			t.Fatalf("a second agent for a live node: %v, want refused", err)
@@ -129,10 +131,10 @@ func TestPlacementOnARealAPIServer(t *testing.T) {
 		p1, p2 := placer(t, c.Config), placer(t, c.Config)
 		const tenants = 16
 		var wg sync.WaitGroup
-		got := make([][2]Placement, tenants)
+		got := make([][2]cluster.Placement, tenants)
 		errs := make(chan error, 2*tenants)
 		for i := range tenants {
-			for j, pp := range []*Placer{p1, p2} {
+			for j, pp := range []*cluster.Placer{p1, p2} {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -154,7 +156,7 @@ func TestPlacementOnARealAPIServer(t *testing.T) {
 			if got[i][0].Node != got[i][1].Node {
 				t.Errorf("race-%d placed on %s by one front door and %s by the other", i, got[i][0].Node, got[i][1].Node)
 			}
-			obj, err := dyn.Resource(WorkspaceGVR).Namespace(ns).Get(ctx, objectName(fmt.Sprintf("race-%d", i)), metav1.GetOptions{})
+			obj, err := dyn.Resource(cluster.WorkspaceGVR).Namespace(ns).Get(ctx, cluster.ObjectName(fmt.Sprintf("race-%d", i)), metav1.GetOptions{})
 			if err != nil {
 				t.Fatalf("race-%d: no placement record: %v", i, err)
 			}
@@ -174,7 +176,7 @@ func TestPlacementOnARealAPIServer(t *testing.T) {
 		}
 		stopA() // renewals stop, the Lease stays: a dead node
 		died := time.Now()
-		var after Placement
+		var after cluster.Placement
 		for {
 			after, err = p.Place(ctx, "spread-0")
 			if err != nil {
@@ -222,7 +224,7 @@ func TestPlacementOnARealAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		kube, _ := clients(t, c.Config)
-		nodes, err := Nodes(ctx, kube, ns)
+		nodes, err := cluster.Nodes(ctx, kube, ns)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,8 +233,55 @@ func TestPlacementOnARealAPIServer(t *testing.T) {
 				t.Errorf("node-c's lease is still there after Stop: %+v", n)
 			}
 		}
-		if _, err := p.Place(ctx, "new-0"); !errors.Is(err, ErrNoNodes) {
-			t.Errorf("node-a dead, node-b draining, node-c stopped: %v, want ErrNoNodes", err)
+		if _, err := p.Place(ctx, "new-0"); !errors.Is(err, cluster.ErrNoNodes) {
+			t.Errorf("node-a dead, node-b draining, node-c stopped: %v, want cluster.ErrNoNodes", err)
+		}
+	})
+
+	t.Run("a cordoned kubernetes node drains its agent", func(t *testing.T) {
+		kube, _ := clients(t, c.Config)
+		if _, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kn-d"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		d := agent(t, c.Config, "node-d", time.Minute)
+		d.KubeNode = "kn-d"
+		agent(t, c.Config, "node-e", time.Minute)
+		pl, err := p.Place(ctx, "cordon-t")
+		if err != nil || pl.Node != "node-d" {
+			t.Fatalf("cordon-t: %+v, %v; want node-d (fewest workspaces, first by name)", pl, err)
+		}
+		setCordon := func(on bool) {
+			n, err := kube.CoreV1().Nodes().Get(ctx, "kn-d", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n.Spec.Unschedulable = on
+			if _, err := kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Renew(ctx); err != nil { // what Run does at each tick
+				t.Fatal(err)
+			}
+		}
+		draining := func() bool {
+			nodes, err := cluster.Nodes(ctx, kube, ns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, _ := cluster.Find(nodes, "node-d")
+			return n.Draining
+		}
+		setCordon(true)
+		if !draining() {
+			t.Fatal("kn-d cordoned, node-d's lease not marked draining")
+		}
+		pl, err = p.Place(ctx, "cordon-t")
+		if err != nil || pl.Node != "node-e" || !strings.Contains(pl.Reason, "draining") {
+			t.Errorf("cordon-t after kn-d was cordoned: %+v, %v; want moved to node-e because node-d drains", pl, err)
+		}
+		setCordon(false)
+		if draining() {
+			t.Error("kn-d uncordoned, node-d still draining")
 		}
 	})
 
@@ -242,11 +291,11 @@ func TestPlacementOnARealAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		kube, dyn := clients(t, cfg)
-		err = (&Agent{Client: kube, Namespace: ns, Node: "intruder", Endpoint: "https://x:1"}).Start(ctx)
+		err = (&cluster.Agent{Client: kube, Namespace: ns, Node: "intruder", Endpoint: "https://x:1"}).Start(ctx)
 		if !apierrors.IsForbidden(errors.Unwrap(err)) {
 			t.Errorf("an agent without rights: %v, want Forbidden", err)
 		}
-		_, err = (&Placer{Kube: kube, Dynamic: dyn, Namespace: ns}).Place(ctx, "spread-2")
+		_, err = (&cluster.Placer{Kube: kube, Dynamic: dyn, Namespace: ns}).Place(ctx, "spread-2")
 		if !apierrors.IsForbidden(errors.Unwrap(err)) {
 			t.Errorf("a front door without rights: %v, want Forbidden", err)
 		}

@@ -128,7 +128,9 @@ func (p *Placer) choose(ctx context.Context, nodes []Node, now time.Time) (Node,
 		return Node{}, sandpit.WithHint(fmt.Errorf("%w: %d node agents registered, none live and not draining", ErrNoNodes, len(nodes)),
 			"start `sandpit node` on a host (the DaemonSet in scripts/kubernetes/), or wait for a restarting one")
 	}
-	list, err := p.Dynamic.Resource(WorkspaceGVR).Namespace(p.Namespace).List(ctx, metav1.ListOptions{})
+	// From the watch cache (ResourceVersion "0"): a count a moment old
+	// only makes the spread a little less even.
+	list, err := p.Dynamic.Resource(WorkspaceGVR).Namespace(p.Namespace).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 	if err != nil {
 		return Node{}, fmt.Errorf("count placements: %w", err)
 	}

@@ -190,7 +190,7 @@ func (e *Engine) Settle() { e.bg.Wait() }
 // roots and the containerd connection. Callers remove their sandboxes
 // first.
 func (e *Engine) Close() error {
-	e.closeOnce.Do(func() { close(e.closing) })
+	e.Closing()
 	e.bg.Wait()
 	e.stopShim() // after every sandbox is deleted
 	cctx, cancel := context.WithTimeout(e.nsctx(context.Background()), e.cfg.DialTimeout)
@@ -205,6 +205,12 @@ func (e *Engine) Close() error {
 	}
 	return nil
 }
+
+// Closing tells the engine its owner is closing: removals waiting for
+// containerd to come back give up (the janitor of the next connection
+// removes what they could not), so a shutdown does not wait a minute for a
+// daemon that is gone. Close calls it too.
+func (e *Engine) Closing() { e.closeOnce.Do(func() { close(e.closing) }) }
 
 func (e *Engine) nsctx(ctx context.Context) context.Context {
 	return namespaces.WithNamespace(ctx, e.cfg.Namespace)
