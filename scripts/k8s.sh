@@ -772,7 +772,7 @@ EOF
 	(
 		umask 022
 		exec setsid nsenter --net="/run/netns/$netns" -- unshare --mount --propagation unchanged -- \
-			/bin/sh -c "mount --bind $dir/varlib /var/lib && exec \"\$0\" \"\$@\"" \
+			/bin/sh -c "mount --bind $(printf %q "$dir/varlib") /var/lib && exec \"\$0\" \"\$@\"" \
 			env PATH="$bindir:$PATH" "$bindir/containerd" --config "$c/config.toml"
 	) </dev/null >"$dir/containerd.log" 2>&1 &
 	pid=$!
@@ -809,7 +809,7 @@ start_kubelet() {
 		want=${kv#*=}
 		[ "$(cat "/proc/sys/$name")" = "$want" ] && continue
 		echo "$want" >"$dir/sysctl/${name//\//.}"
-		binds="$binds mount --bind $dir/sysctl/${name//\//.} /proc/sys/$name &&"
+		binds="$binds mount --bind $(printf %q "$dir/sysctl/${name//\//.}") /proc/sys/$name &&"
 	done
 	cat >"$dir/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -828,6 +828,8 @@ healthzBindAddress: 127.0.0.1
 healthzPort: 10248
 tlsCertFile: $dir/pki/kubelet-serving.crt
 tlsPrivateKeyFile: $dir/pki/kubelet-serving.key
+# Its API (logs, exec): client certificates of the CA only, each request
+# authorized by the apiserver (SubjectAccessReview).
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: false}
@@ -838,6 +840,7 @@ podLogsDir: $dir/pod-logs
 volumePluginDir: $dir/kubelet-plugins
 resolvConf: ""
 failSwapOn: false
+# Its own, unchanged: no CAP_SYS_RESOURCE here to lower it (default -999).
 oomScoreAdj: $(cat /proc/self/oom_score_adj)
 # A shared disk: evict only when it is all but full.
 evictionHard:
@@ -855,7 +858,7 @@ EOF
 		umask 022
 		# shellcheck disable=SC2016 # $0 "$@" for the inner shell
 		exec setsid nsenter --net="/run/netns/$netns" -- unshare --mount --propagation unchanged -- \
-			/bin/sh -c "set -e; $binds mount --bind $dir/varlog /var/log && mount --bind $dir/varlib /var/lib && exec \"\$0\" \"\$@\"" \
+			/bin/sh -c "set -e; $binds mount --bind $(printf %q "$dir/varlog") /var/log && mount --bind $(printf %q "$dir/varlib") /var/lib && exec \"\$0\" \"\$@\"" \
 			"$bindir/kubelet" --config "$dir/kubelet.yaml" --kubeconfig "$dir/kubelet.kubeconfig" \
 			--root-dir "$k" --node-ip "$nodeip" --hostname-override "$nodename" --v 1
 	) </dev/null >"$dir/kubelet.log" 2>&1 &
