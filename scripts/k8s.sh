@@ -1110,6 +1110,9 @@ up() {
 		ownerstart=$(starttime "$owner")
 		[ -n "$ownerstart" ] || die "owner $owner is not a running process"
 	fi
+	if [ -n "$node" ] && [ "$(id -u)" -ne 0 ]; then
+		die "up --node needs root (a network namespace, cgroups, mounts)"
+	fi
 	build >/dev/null
 	mkdir -p "$dir"
 	dir=$(cd "$dir" && pwd)
@@ -1139,7 +1142,6 @@ up() {
 	fi
 	local bind=127.0.0.1 extra=
 	if [ -n "$node" ]; then
-		[ "$(id -u)" -eq 0 ] || die "up --node needs root (network namespace, cgroups, mounts)"
 		# Unix sockets (containerd's, the kubelet's) live under DIR, up
 		# to 40 bytes below it; a socket path has at most 107.
 		[ ${#dir} -le 64 ] || die "DIR is ${#dir} bytes long, at most 64 for --node: its sockets would not fit in a unix socket path"
