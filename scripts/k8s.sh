@@ -4,7 +4,10 @@
 # runc, kubelet, kube-scheduler) that runs Pods. Real admission, RBAC,
 # optimistic concurrency, CRDs, scheduling, Pods. No mocks.
 #
-#   scripts/k8s.sh build                  build everything (once) and print the binaries' dir
+#   scripts/k8s.sh build [--control-plane]
+#                                         build everything (once), or only what up
+#                                         without --node needs, and print the
+#                                         binaries' dir
 #   scripts/k8s.sh up DIR [--node] [--owner PID]
 #                                         start a control plane whose state is DIR;
 #                                         prints KUBECONFIG=… APISERVER=… ETCD=…
@@ -121,18 +124,34 @@ die() {
 	exit 1
 }
 
-# What build makes, in $bindir (the CNI plugin in $bindir/cni).
+# What build makes, in $bindir (the CNI plugin in $bindir/cni), and what
+# build --control-plane (all up without --node needs) makes.
 binaries="etcd kube-apiserver kubelet kube-scheduler containerd containerd-shim-runc-v2 ctr runc pause pause.tar cni/sandpit-report"
+cpbinaries="etcd kube-apiserver"
+# The kubernetes commands build_kubernetes makes.
+kubecmds="kube-apiserver kubelet kube-scheduler"
 
+# built LIST: every binary in LIST is there.
 built() {
 	local b
-	for b in $binaries; do
+	for b in $1; do
 		[ -f "$bindir/$b" ] || return 1
 	done
 }
 
+# build [--control-plane]: everything, or only etcd and kube-apiserver (a
+# control plane needs neither root nor libseccomp's headers, nor the
+# kubelet's minutes of compiling).
 build() {
-	if built; then
+	local want=$binaries steps="build_etcd build_kubernetes build_containerd build_runc build_node_bits"
+	local what="etcd $etcd, kube-apiserver, kubelet and kube-scheduler $k8s, containerd $containerd, runc $runc (cold: about 15 minutes on two cores)"
+	if [ "${1:-}" = --control-plane ]; then
+		want=$cpbinaries
+		steps="build_etcd build_kubernetes"
+		kubecmds=kube-apiserver
+		what="etcd $etcd and kube-apiserver $k8s (cold: about 4 minutes on two cores)"
+	fi
+	if built "$want"; then
 		echo "$bindir"
 		return
 	fi
@@ -140,12 +159,12 @@ build() {
 	# One builder at a time: parallel test packages may all ask at once.
 	exec 9>"$moddir/.lock"
 	flock 9
-	if ! built; then
-		echo "k8s.sh: building etcd $etcd, kube-apiserver, kubelet and kube-scheduler $k8s, containerd $containerd, runc $runc into $moddir (cold: about 15 minutes on two cores)" >&2
+	if ! built "$want"; then
+		echo "k8s.sh: building $what into $moddir" >&2
 		local start=$SECONDS
 		mkdir -p "$bindir"
 		local step
-		for step in build_etcd build_kubernetes build_containerd build_runc build_node_bits; do
+		for step in $steps; do
 			timed "$step"
 		done
 		echo "k8s.sh: built in $((SECONDS - start))s" >&2
@@ -195,7 +214,7 @@ build_etcd() {
 }
 
 build_kubernetes() {
-	[ -x "$bindir/kube-apiserver" ] && [ -x "$bindir/kubelet" ] && [ -x "$bindir/kube-scheduler" ] && return
+	built "$kubecmds" && return
 	local m=$moddir/kubernetes-mod
 	mkdir -p "$m"
 	(
@@ -214,7 +233,7 @@ build_kubernetes() {
 		done
 		[ "$(grep -c "=> k8s.io/.* $staging" go.mod)" -ge 30 ] || die "too few staging replaces found in $gomod"
 		local cmd
-		for cmd in kube-apiserver kubelet kube-scheduler; do
+		for cmd in $kubecmds; do
 			go mod edit -tool "k8s.io/kubernetes/cmd/$cmd" >&2
 		done
 		gonice mod tidy >&2
@@ -227,7 +246,7 @@ build_kubernetes() {
 			ld="$ld -X $p.gitMinor=$(echo "$k8s" | cut -d. -f2) -X $p.gitTreeState=clean"
 			ld="$ld -X $p.buildDate=1970-01-01T00:00:00Z"
 		done
-		for cmd in kube-apiserver kubelet kube-scheduler; do
+		for cmd in $kubecmds; do
 			[ -x "$bindir/$cmd" ] && continue
 			CGO_ENABLED=0 gonice build -trimpath -ldflags "$ld" -o "$bindir/$cmd.tmp" \
 				"k8s.io/kubernetes/cmd/$cmd" >&2
@@ -1113,7 +1132,11 @@ up() {
 	if [ -n "$node" ] && [ "$(id -u)" -ne 0 ]; then
 		die "up --node needs root (a network namespace, cgroups, mounts)"
 	fi
-	build >/dev/null
+	if [ -n "$node" ]; then
+		build >/dev/null
+	else
+		build --control-plane >/dev/null
+	fi
 	mkdir -p "$dir"
 	dir=$(cd "$dir" && pwd)
 	local n
@@ -1259,7 +1282,10 @@ down() {
 # this file (a checkout updated meanwhile).
 main() {
 	case "${1:-}" in
-	build) build ;;
+	build)
+		case "${2:-}" in "" | --control-plane) ;; *) die "usage: $0 build [--control-plane]" ;; esac
+		build "${2:-}"
+		;;
 	up)
 		shift
 		up "$@"

@@ -163,8 +163,12 @@ func start(t testing.TB, node bool) *Cluster {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if _, err := run(buildPatience, script, "build"); err != nil {
-		t.Fatalf("scripts/k8s.sh build: %v", err)
+	build := []string{"build", "--control-plane"}
+	if node {
+		build = build[:1]
+	}
+	if _, err := run(buildPatience, script, build...); err != nil {
+		t.Fatalf("scripts/k8s.sh %s: %v", strings.Join(build, " "), err)
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Logf("scripts/k8s.sh build took %v", d.Round(time.Second))
