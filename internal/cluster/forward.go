@@ -71,6 +71,9 @@ func (f *Forwarder) init() {
 			pr.SetURL(c.url)
 			pr.Out.Host = c.url.Host
 			pr.Out.Header.Del("Forwarded")
+			// The front door checked the browser's Origin against its own
+			// names; the node knows only its own and would refuse it.
+			pr.Out.Header.Del("Origin")
 			auth.SetForwarded(pr.Out.Header, p, f.Secret)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
