@@ -89,56 +89,18 @@ type Config struct {
 
 // Defaults fills zero fields.
 func (c *Config) Defaults() {
-	if c.Address == "" {
-		c.Address = "/run/containerd/containerd.sock"
-	}
-	if c.Namespace == "" {
-		c.Namespace = "sandpit"
-	}
-	if c.Instance == "" {
-		c.Instance = "default"
-	}
-	if c.RuntimeName == "" {
-		c.RuntimeName = "io.containerd.runc.v2"
-	}
-	if c.UsesShim() && c.ShimDir == "" {
-		// The shim's programs are beside this executable.
-		if self, err := os.Executable(); err == nil {
-			c.ShimDir = filepath.Dir(self)
-		}
-	}
-	if c.RuncBinary == "" {
-		c.RuncBinary = "runc"
-	}
-	if c.RuncRoot == "" {
-		c.RuncRoot = "/run/sandpit/runc"
-	}
-	if c.Snapshotter == "" {
-		c.Snapshotter = "overlayfs"
-	}
-	if c.StateDir == "" {
-		c.StateDir = "/run/sandpit/state"
-	}
-	// The state dir is half of the runtime's identity (OwnerFilter): the
-	// same relative path from two working directories is two runtimes.
-	if abs, err := filepath.Abs(c.StateDir); err == nil {
-		c.StateDir = abs
-	}
-	if c.RootfsDir == "" {
-		c.RootfsDir = DefaultRootfsDir
-	}
+	// The engine's fields take the engine's defaults (ctrd.Config.Defaults).
+	e := c.engineConfig()
+	e.Defaults()
+	c.Address, c.Namespace, c.Instance, c.RuntimeName, c.RuncBinary, c.RuncRoot = e.Address, e.Namespace, e.Instance, e.RuntimeName, e.RuncBinary, e.RuncRoot
+	c.ShimDir, c.Snapshotter, c.StateDir, c.RootfsDir = e.ShimDir, e.Snapshotter, e.StateDir, e.RootfsDir
+	c.DialTimeout, c.Logger = e.DialTimeout, e.Logger
 	c.Limits = c.Limits.WithDefaults()
 	if c.CompileCPUs <= 0 {
 		c.CompileCPUs = 2
 	}
 	if c.OutputBytes <= 0 {
 		c.OutputBytes = 64 << 10
-	}
-	if c.DialTimeout <= 0 {
-		c.DialTimeout = 3 * time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 }
 
