@@ -250,11 +250,21 @@ func nodeOf(l *coordinationv1.Lease) Node {
 
 // Nodes lists the node agents' Leases in namespace, live or not.
 func Nodes(ctx context.Context, c kubernetes.Interface, namespace string) ([]Node, error) {
-	// ResourceVersion "0": from the API server's watch cache, without the
-	// consistent read's wait for etcd's progress notification (≈ 90 ms a
-	// list here); a lease is judged by seconds, a few milliseconds stale
-	// is nothing.
-	list, err := c.CoordinationV1().Leases(namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelComponent + "=" + ComponentNode, ResourceVersion: "0"})
+	return listNodes(ctx, c, namespace, true)
+}
+
+// listNodes lists the Leases; cached reads them from the API server's
+// watch cache (ResourceVersion "0"), without a consistent read's wait for
+// etcd's progress notification (≈ 90 ms a list here): a lease is judged by
+// seconds, and a few milliseconds stale is nothing — but a node that just
+// started may not be there yet (Placer reads again, consistently, before
+// it says there is none).
+func listNodes(ctx context.Context, c kubernetes.Interface, namespace string, cached bool) ([]Node, error) {
+	opts := metav1.ListOptions{LabelSelector: LabelComponent + "=" + ComponentNode}
+	if cached {
+		opts.ResourceVersion = "0"
+	}
+	list, err := c.CoordinationV1().Leases(namespace).List(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("list sandpit nodes: %w", err)
 	}

@@ -55,6 +55,46 @@ func placer(t testing.TB, cfg *rest.Config) *cluster.Placer {
 	return &cluster.Placer{Kube: kube, Dynamic: dyn, Namespace: ns}
 }
 
+// eventually waits for cond, which reads the API server's watch cache
+// (Leases and placements are listed from it): a write is there a moment
+// after it returned. It is the state a step means, not a speed.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not so after a minute", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// cachedNode is node as the watch cache lists it.
+func cachedNode(t *testing.T, cfg *rest.Config, node string) (cluster.Node, bool) {
+	kube, _ := clients(t, cfg)
+	nodes, err := cluster.Nodes(t.Context(), kube, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cluster.Find(nodes, node)
+}
+
+// placedInCache reports whether tenant's placement is in the watch cache,
+// which new placements count from.
+func placedInCache(t *testing.T, cfg *rest.Config, tenant string) bool {
+	_, dyn := clients(t, cfg)
+	list, err := dyn.Resource(cluster.WorkspaceGVR).Namespace(ns).List(t.Context(), metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range list.Items {
+		if o.GetName() == cluster.ObjectName(tenant) {
+			return true
+		}
+	}
+	return false
+}
+
 // run renews a's Lease until the returned stop is called (a dead agent
 // is one whose renewals stopped without a release).
 func run(t *testing.T, a *cluster.Agent) (stop func()) {
@@ -110,6 +150,7 @@ func TestPlacementOnARealAPIServer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			eventually(t, "spread placement in the watch cache", func() bool { return placedInCache(t, c.Config, fmt.Sprintf("spread-%d", i)) })
 			if pl.Endpoint != "https://"+pl.Node+".test:8443" {
 				t.Errorf("placement %+v: endpoint not the node's", pl)
 			}
@@ -204,9 +245,11 @@ func TestPlacementOnARealAPIServer(t *testing.T) {
 	t.Run("drain moves tenants and takes no new ones; stop releases", func(t *testing.T) {
 		cnode := agent(t, c.Config, "node-c", time.Minute)
 		run(t, cnode)
+		eventually(t, "node-c in the watch cache", func() bool { _, ok := cachedNode(t, c.Config, "node-c"); return ok })
 		if err := b.Drain(ctx); err != nil {
 			t.Fatal(err)
 		}
+		eventually(t, "node-b draining in the watch cache", func() bool { n, _ := cachedNode(t, c.Config, "node-b"); return n.Draining })
 		pl, err := p.Place(ctx, "spread-1")
 		if err != nil {
 			t.Fatal(err)
@@ -223,6 +266,7 @@ func TestPlacementOnARealAPIServer(t *testing.T) {
 		if err := cnode.Stop(ctx); err != nil {
 			t.Fatal(err)
 		}
+		eventually(t, "node-c gone from the watch cache", func() bool { _, ok := cachedNode(t, c.Config, "node-c"); return !ok })
 		kube, _ := clients(t, c.Config)
 		nodes, err := cluster.Nodes(ctx, kube, ns)
 		if err != nil {
@@ -246,6 +290,9 @@ func TestPlacementOnARealAPIServer(t *testing.T) {
 		d := agent(t, c.Config, "node-d", time.Minute)
 		d.KubeNode = "kn-d"
 		agent(t, c.Config, "node-e", time.Minute)
+		for _, n := range []string{"node-d", "node-e"} {
+			eventually(t, n+" in the watch cache", func() bool { _, ok := cachedNode(t, c.Config, n); return ok })
+		}
 		pl, err := p.Place(ctx, "cordon-t")
 		if err != nil || pl.Node != "node-d" {
 			t.Fatalf("cordon-t: %+v, %v; want node-d (fewest workspaces, first by name)", pl, err)
@@ -272,17 +319,13 @@ func TestPlacementOnARealAPIServer(t *testing.T) {
 			return n.Draining
 		}
 		setCordon(true)
-		if !draining() {
-			t.Fatal("kn-d cordoned, node-d's lease not marked draining")
-		}
+		eventually(t, "kn-d cordoned: node-d's lease marked draining", draining)
 		pl, err = p.Place(ctx, "cordon-t")
 		if err != nil || pl.Node != "node-e" || !strings.Contains(pl.Reason, "draining") {
 			t.Errorf("cordon-t after kn-d was cordoned: %+v, %v; want moved to node-e because node-d drains", pl, err)
 		}
 		setCordon(false)
-		if draining() {
-			t.Error("kn-d uncordoned, node-d still draining")
-		}
+		eventually(t, "kn-d uncordoned: node-d no longer draining", func() bool { return !draining() })
 	})
 
 	t.Run("a client without rights is refused", func(t *testing.T) {

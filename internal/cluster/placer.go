@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -72,6 +73,14 @@ func (p *Placer) Place(ctx context.Context, tenant string) (Placement, error) {
 			}
 		}
 		target, err := p.choose(ctx, nodes, now)
+		if errors.Is(err, ErrNoNodes) {
+			// The cache may not have a node that just started: read the
+			// Leases as they are before saying there is none.
+			if nodes, err = listNodes(ctx, p.Kube, p.Namespace, false); err != nil {
+				return Placement{}, err
+			}
+			target, err = p.choose(ctx, nodes, now)
+		}
 		if err != nil {
 			return Placement{}, err
 		}
