@@ -1,12 +1,12 @@
 package runtime_test
 
 // The attack suite: one test per threat in README.md's threat model, each
-// run against real sandboxes and judged from observed behaviour. Payloads
-// print "blocked ..." (or another safe marker the test names) when the
-// defence held and "UNSAFE ..." when it did not; a case passes only if its
-// safe marker is present and no UNSAFE line is, so a payload that crashed
-// before reaching its check fails too.
-//
+// run against real sandboxes and judged from observed behaviour. The
+// payloads of the tables live in internal/attacks, shared with the tests
+// that run them through other paths; they print "blocked ..." (or another
+// safe marker the case names) when the defence held and "UNSAFE ..." when it
+// did not; a case passes only if its safe marker is present and no UNSAFE
+// line is, so a payload that crashed before reaching its check fails too.
 // Test names follow the threat table: TestAttack<Threat>/<route>.
 
 import (
@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -26,73 +27,32 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/attacks"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 	"github.com/sandpit-dev/sandpit/oci"
 	"github.com/sandpit-dev/sandpit/runtime"
 )
 
-// attack is one payload and the markers that prove it was contained.
-type attack struct {
-	name string
-	lang string
-	code string
-	want []string // every one must appear in stdout+stderr
-}
-
-// pySyscall is the prelude of every Python payload: sc(name, nr, *args) makes a raw syscall
-// and prints "blocked NAME ERRNO" when it fails with one of the errnos a
-// refused call gives (EPERM from seccomp or a missing capability, ENOSYS,
-// EACCES), or "UNSAFE NAME ..." when it succeeds or reaches the kernel.
-const pySyscall = `
-import ctypes, errno, os, sys
-libc = ctypes.CDLL(None, use_errno=True)
-libc.syscall.restype = ctypes.c_long
-_keep = []
-def buf(n_or_bytes):
-    b = ctypes.create_string_buffer(n_or_bytes)
-    _keep.append(b)
-    return ctypes.addressof(b)
-def sc(name, nr, *args, ok=("EPERM", "ENOSYS", "EACCES")):
-    ctypes.set_errno(0)
-    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
-    e = errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
-    if r == -1 and e in ok:
-        print("blocked", name, e)
-    elif r == -1:
-        print("UNSAFE", name, "reached the kernel:", e)
-    else:
-        print("UNSAFE", name, "returned", r)
-    sys.stdout.flush()
-`
-
 // runAttacks runs each case as a parallel subtest on r.
-func runAttacks(t *testing.T, r *runtime.Runtime, cases []attack) {
+func runAttacks(t *testing.T, r *runtime.Runtime, cases []attacks.Case) {
 	t.Helper()
+	if len(cases) == 0 {
+		t.Fatal("no attack cases: a threat name the attacks package does not know?")
+	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
+		t.Run(tc.Name, func(t *testing.T) {
 			t.Parallel()
-			code := tc.code
-			if tc.lang == "python" {
-				code = pySyscall + code
-			}
 			// run's generous default: these run in parallel on a loaded host.
-			res := run(t, r, sandpit.Request{Language: tc.lang, Code: code})
-			checkMarkers(t, res, tc.want)
+			res := run(t, r, sandpit.Request{Language: tc.Lang, Code: tc.Program()})
+			checkMarkers(t, res, tc.Want)
 		})
 	}
 }
 
 func checkMarkers(t *testing.T, res *sandpit.Result, want []string) {
 	t.Helper()
-	got := res.Stdout + res.Stderr
-	if strings.Contains(got, "UNSAFE") {
-		t.Errorf("defence failed (status %s):\n%s", res.Status, got)
-		return
-	}
-	for _, w := range want {
-		if !strings.Contains(got, w) {
-			t.Errorf("safe marker %q missing (status %s, exit %d); output:\n%s", w, res.Status, res.ExitCode, got)
-		}
+	if err := attacks.Check(res.Stdout+res.Stderr, want); err != nil {
+		t.Errorf("status %s, exit %d: %v", res.Status, res.ExitCode, err)
 	}
 }
 
@@ -143,116 +103,35 @@ func TestAttackNetwork(t *testing.T) {
 	}
 	defer uln.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
-	var hostIPs []string
+	var hostIPs []netip.Addr
 	addrs, _ := net.InterfaceAddrs()
 	for _, a := range addrs {
 		if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
-			hostIPs = append(hostIPs, ipn.IP.String())
+			ip, _ := netip.AddrFromSlice(ipn.IP.To4())
+			hostIPs = append(hostIPs, ip)
 		}
 	}
 	if len(hostIPs) == 0 {
-		hostIPs = []string{"192.0.2.2"}
+		hostIPs = []netip.Addr{netip.MustParseAddr("192.0.2.2")}
 	}
 
 	r := newRuntime(t)
-	connect := func(host string, port int) string {
-		return fmt.Sprintf(`import socket
-try:
-    socket.create_connection((%q, %d), timeout=3)
-    print("UNSAFE connected")
-except OSError as e:
-    print("blocked", e)
-`, host, port)
-	}
-	runAttacks(t, r, []attack{
-		{"tcp_to_internet", "python", connect("1.1.1.1", 443), []string{"blocked"}},
-		{"tcp_to_host_listener", "python", connect(hostIPs[0], port), []string{"blocked"}},
-		{"tcp_ipv6", "python", connect("2606:4700:4700::1111", 443), []string{"blocked"}},
-		{"udp_dns_query", "python", `import socket
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-try:
-    s.sendto(b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x03com\x00\x00\x01\x00\x01", ("8.8.8.8", 53))
-    s.settimeout(3)
-    s.recvfrom(512)
-    print("UNSAFE dns answered")
-except OSError as e:
-    print("blocked", e)
-`, []string{"blocked"}},
-		{"dns_lookup", "python", `import socket
-try:
-    print("UNSAFE resolved", socket.getaddrinfo("example.com", 443))
-except OSError as e:
-    print("blocked", e)
-`, []string{"blocked"}},
-		{"raw_socket", "python", `import socket
-for fam, typ, proto, name in [(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP, "raw icmp"), (socket.AF_PACKET, socket.SOCK_RAW, 0, "packet")]:
-    try:
-        socket.socket(fam, typ, proto)
-        print("UNSAFE", name, "socket opened")
-    except OSError as e:
-        print("blocked", name, e)
-`, []string{"blocked raw icmp", "blocked packet"}},
-		{"abstract_unix_socket_on_host", "python", fmt.Sprintf(`import socket
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-try:
-    s.connect("\0%s")
-    print("UNSAFE connected")
-except OSError as e:
-    print("blocked", e)
-`, abstract[1:]), []string{"blocked"}},
-		{"only_loopback", "bash", `ifs=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\n' ' ')
-[ "$ifs" = "lo " ] && echo "only loopback" || echo "UNSAFE interfaces: $ifs"`, []string{"only loopback"}},
-	})
+	cases := append(attacks.ByThreat("Network"), attacks.HostListeners(netip.AddrPortFrom(hostIPs[0], uint16(port)))...)
+	runAttacks(t, r, append(cases, attacks.HostAbstractSocket(abstract)))
 }
 
 // TestAttackReadOnlyFilesystem: the root filesystem and the source mount
 // are read-only; only size-limited tmpfs mounts are writable.
 func TestAttackReadOnlyFilesystem(t *testing.T) {
 	r := newRuntime(t)
-	write := func(p string) string {
-		return fmt.Sprintf(`if ( echo x >> %q ) 2>/dev/null; then echo "UNSAFE wrote %s"; else echo "blocked $( ( echo x >> %q ) 2>&1 )"; fi`, p, p, p)
-	}
-	runAttacks(t, r, []attack{
-		{"root", "bash", write("/x"), []string{"blocked", "Read-only file system"}},
-		{"usr", "bash", write("/usr/bin/python3"), []string{"blocked"}},
-		{"etc_passwd", "bash", write("/etc/passwd"), []string{"blocked"}},
-		{"source_dir", "bash", write(sandpit.SourceDir+"/main.sh") + `
-grep -qE ' /sandpit/src ro,' /proc/self/mountinfo && echo "mounted read-only" || echo "UNSAFE source mount is writable"`, []string{"blocked", "mounted read-only"}},
-		{"proc_sys", "bash", `if ( echo evil > /proc/sys/kernel/hostname ) 2>/dev/null; then echo UNSAFE; else echo blocked; fi; [ "$(hostname)" = sandpit ] && echo "hostname intact"`, []string{"blocked", "hostname intact"}},
-		{"sys", "bash", write("/sys/kernel/uevent_helper"), []string{"blocked"}},
-	})
+	runAttacks(t, r, attacks.ByThreat("ReadOnlyFilesystem"))
 }
 
 // TestAttackPrivilegeEscalation: no capabilities, no-new-privileges, and
 // setuid binaries (the image has su, passwd, mount…) do not raise the uid.
 func TestAttackPrivilegeEscalation(t *testing.T) {
 	r := newRuntime(t)
-	runAttacks(t, r, []attack{
-		{"no_new_privs", "bash", `grep -q 'NoNewPrivs:[[:space:]]1' /proc/self/status && echo "nnp set" || echo UNSAFE nnp`, []string{"nnp set"}},
-		{"no_capabilities", "bash", `for c in CapInh CapPrm CapEff CapBnd CapAmb; do grep -q "$c:[[:space:]]0000000000000000" /proc/self/status && echo "blocked $c" || echo "UNSAFE $c"; done`, []string{"blocked CapEff", "blocked CapBnd", "blocked CapAmb"}},
-		{"non_root", "bash", `[ "$(id -u)" != 0 ] && echo "blocked uid $(id -u)" || echo UNSAFE root`, []string{"blocked uid"}},
-		{"setuid_binaries_do_not_elevate", "python", `import subprocess, time, os
-found = 0
-for b in ["/usr/bin/su", "/usr/bin/passwd", "/usr/bin/chfn", "/usr/bin/newgrp", "/usr/bin/mount"]:
-    if not os.path.exists(b) or not os.stat(b).st_mode & 0o4000:
-        continue
-    found += 1
-    p = subprocess.Popen([b], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(0.3)
-    try:
-        uids = [l.split()[1:] for l in open(f"/proc/{p.pid}/status") if l.startswith("Uid:")][0]
-        print("blocked" if "0" not in uids else "UNSAFE", b, "runs with uids", uids)
-    except (OSError, IndexError):
-        pass  # exited before we looked: it had no chance to run as root either
-    p.kill(); p.communicate()
-print("setuid binaries probed:", found)
-`, []string{"blocked /usr/bin/su", "blocked /usr/bin/passwd"}},
-		{"setuid_bit_in_tmp", "bash", `cp /bin/bash /tmp/rootsh && chmod 4755 /tmp/rootsh
-grep -E ' /tmp .*nosuid' /proc/self/mountinfo >/dev/null && echo "blocked nosuid" || echo "UNSAFE /tmp lacks nosuid"
-if /tmp/rootsh -c true 2>/dev/null; then echo "UNSAFE exec from /tmp"; else echo "blocked noexec"; fi`, []string{"blocked nosuid", "blocked noexec"}},
-		{"su_to_root", "bash", `if echo root | timeout 5 su -c id root 2>/dev/null | grep -q 'uid=0'; then echo UNSAFE; else echo "blocked su"; fi`, []string{"blocked su"}},
-		{"user_namespace_map", "bash", `m=$(tr -s ' ' < /proc/self/uid_map); case "$m" in *" 0 0 4294967295"*) echo "UNSAFE host ids: $m";; *) echo "blocked ids mapped:$m";; esac`, []string{"blocked ids mapped"}},
-	})
+	runAttacks(t, r, attacks.ByThreat("PrivilegeEscalation"))
 }
 
 // TestAttackHostUID: seen from the host, sandbox processes run as an
@@ -299,105 +178,14 @@ func TestAttackHostUID(t *testing.T) {
 // snippet never needs fail with EPERM (seccomp, capabilities, user namespace).
 func TestAttackKernelInterfaces(t *testing.T) {
 	r := newRuntime(t)
-	runAttacks(t, r, []attack{
-		{"keyctl", "python", `sc("keyctl", 250, 0, -3, 1)
-sc("add_key", 248, buf(b"user"), buf(b"k"), buf(b"secret"), 6, -2)
-sc("request_key", 249, buf(b"user"), buf(b"k"), 0, -2)`, []string{"blocked keyctl", "blocked add_key", "blocked request_key"}},
-		{"kernel_modules", "python", `sc("init_module", 175, buf(64), 64, buf(b""))
-sc("finit_module", 313, 0, buf(b""), 0)
-sc("delete_module", 176, buf(b"loop"), 0o4000)`, []string{"blocked init_module", "blocked finit_module", "blocked delete_module"}},
-		{"kexec_and_reboot", "python", `sc("kexec_load", 246, 0, 0, 0, 0)
-sc("reboot_bad_magic", 169, 0, 0, 0, 0)`, []string{"blocked kexec_load", "blocked reboot_bad_magic"}},
-		{"bpf", "python", `sc("bpf", 321, 0, buf(128), 128)`, []string{"blocked bpf"}},
-		{"perf_event_open", "python", `import struct
-attr = struct.pack("IIQQQQ", 1, 112, 0, 0, 0, 1 << 5) + bytes(112 - 40)
-sc("perf_event_open", 298, buf(attr), 0, -1, -1, 0)`, []string{"blocked perf_event_open"}},
-		{"userfaultfd", "python", `sc("userfaultfd", 323, 1)`, []string{"blocked userfaultfd"}},
-		{"io_uring", "python", `sc("io_uring_setup", 425, 4, buf(120))`, []string{"blocked io_uring_setup"}},
-		{"file_handles", "python", `sc("name_to_handle_at", 303, -100, buf(b"/etc/passwd"), buf(136), buf(8), 0)
-sc("open_by_handle_at", 304, -100, buf(136), 0)`, []string{"blocked name_to_handle_at", "blocked open_by_handle_at"}},
-		{"personality_read_implies_exec", "python", `sc("personality", 135, 0x0400000)`, []string{"blocked personality"}},
-		{"sysrq_trigger", "bash", `# 'h' only prints help to the kernel log: harmless if it got through.
-if ( echo h > /proc/sysrq-trigger ) 2>/dev/null; then echo UNSAFE sysrq; else echo "blocked sysrq"; fi`, []string{"blocked sysrq"}},
-		{"clock_settime", "python", `import time
-ts = ctypes.create_string_buffer(16); ctypes.memmove(ts, ctypes.byref(ctypes.c_long(int(time.time()))), 8)
-sc("clock_settime", 227, 0, ctypes.addressof(ts))
-sc("settimeofday", 164, ctypes.addressof(ts), 0)
-# adjtimex with modes=ADJ_OFFSET would slew the clock.
-tx = bytearray(208); tx[0:4] = (1).to_bytes(4, "little")
-sc("adjtimex", 159, buf(bytes(tx)))`, []string{"blocked clock_settime", "blocked settimeofday", "blocked adjtimex"}},
-		{"date_set", "bash", `# Sets the clock to now: a no-op if it got through.
-if date -s "@$(date +%s)" >/dev/null 2>&1; then echo UNSAFE date; else echo "blocked $(date -s "@$(date +%s)" 2>&1)"; fi`, []string{"blocked", "Operation not permitted"}},
-		{"mount_syscall", "python", `os.makedirs("/tmp/m", exist_ok=True)
-sc("mount", 165, buf(b"none"), buf(b"/tmp/m"), buf(b"tmpfs"), 0, 0)
-sc("umount2", 166, buf(b"/tmp"), 2)
-sc("pivot_root", 155, buf(b"/tmp"), buf(b"/tmp/m"))
-sc("chroot", 161, buf(b"/tmp"))`, []string{"blocked mount", "blocked umount2", "blocked pivot_root", "blocked chroot"}},
-		{"mount_command", "bash", `mkdir -p /tmp/m; if mount -t tmpfs none /tmp/m 2>/dev/null; then echo UNSAFE mount; else echo "blocked mount"; fi
-if mount -t proc proc /tmp/m 2>/dev/null; then echo UNSAFE proc; else echo "blocked proc"; fi`, []string{"blocked mount", "blocked proc"}},
-		{"unshare_user_namespace", "bash", `if unshare -U true 2>/dev/null; then echo "UNSAFE unshare -U"; else echo "blocked unshare -U"; fi
-if unshare -r id 2>/dev/null; then echo "UNSAFE unshare -r"; else echo "blocked unshare -r"; fi`, []string{"blocked unshare -U", "blocked unshare -r"}},
-		{"unshare_and_setns_syscalls", "python", `sc("unshare_newuser", 272, 0x10000000)
-sc("unshare_newns", 272, 0x00020000)
-fd = os.open("/proc/self/ns/net", os.O_RDONLY)
-sc("setns", 308, fd, 0)`, []string{"blocked unshare_newuser", "blocked unshare_newns", "blocked setns"}},
-		{"clone_new_user_namespace", "c", `#define _GNU_SOURCE
-#include <errno.h>
-#include <sched.h>
-#include <signal.h>
-#include <stdio.h>
-#include <string.h>
-#include <sys/wait.h>
-static char stack[65536];
-static int child(void *arg) { (void)arg; return 0; }
-int main(void) {
-	int flags[] = {CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWPID};
-	const char *names[] = {"newuser", "newns", "newnet", "newpid"};
-	for (int i = 0; i < 4; i++) {
-		int pid = clone(child, stack + sizeof stack, flags[i] | SIGCHLD, NULL);
-		if (pid < 0) printf("blocked clone_%s %s\n", names[i], strerror(errno));
-		else { waitpid(pid, NULL, 0); printf("UNSAFE clone_%s\n", names[i]); }
-	}
-	return 0;
-}`, []string{"blocked clone_newuser", "blocked clone_newns", "blocked clone_newnet", "blocked clone_newpid"}},
-		{"swap_and_accounting", "python", `sc("swapon", 167, buf(b"/tmp/swap"), 0)
-sc("acct", 163, buf(b"/tmp/acct"))`, []string{"blocked swapon", "blocked acct"}},
-	})
+	runAttacks(t, r, attacks.ByThreat("KernelInterfaces"))
 }
 
 // TestAttackProcessIsolation: the sandbox sees only its own processes, cannot
 // signal anything outside, and cannot trace or read a sibling's memory.
 func TestAttackProcessIsolation(t *testing.T) {
 	r := newRuntime(t)
-	hostPid := os.Getpid()
-	runAttacks(t, r, []attack{
-		{"ptrace_sibling", "python", `import time, signal
-pid = os.fork()
-if pid == 0:
-    time.sleep(30); os._exit(0)
-sc("ptrace_attach", 101, 16, pid, 0, 0)
-sc("ptrace_seize", 101, 0x4206, pid, 0, 0)
-os.kill(pid, signal.SIGKILL)`, []string{"blocked ptrace_attach", "blocked ptrace_seize"}},
-		{"process_vm_readv_sibling", "python", `import time, signal
-secret = ctypes.create_string_buffer(b"sibling-secret")
-pid = os.fork()
-if pid == 0:
-    time.sleep(30); os._exit(0)
-local = ctypes.create_string_buffer(16)
-liov = (ctypes.c_void_p * 2)(ctypes.addressof(local), 14)
-riov = (ctypes.c_void_p * 2)(ctypes.addressof(secret), 14)
-sc("process_vm_readv", 310, pid, ctypes.addressof(liov), 1, ctypes.addressof(riov), 1, 0)
-os.kill(pid, signal.SIGKILL)`, []string{"blocked process_vm_readv"}},
-		{"host_processes_invisible", "bash", `pids=$(cd /proc && ls -d [0-9]* | tr '\n' ' ')
-n=$(echo $pids | wc -w)
-foreign=""
-for p in $pids; do u=$(awk '/^Uid:/{print $2}' /proc/$p/status 2>/dev/null); [ -z "$u" ] || [ "$u" = "$(id -u)" ] || foreign="$foreign $p"; done
-# The init shell, the program and its command substitutions: a handful.
-[ "$n" -le 8 ] && [ -z "$foreign" ] && echo "blocked only $n pids, all the sandbox's: $pids" || echo "UNSAFE $n pids visible: $pids (not the sandbox's:$foreign)"
-[ "$(awk '/^Uid:/{print $2}' /proc/1/status)" = "$(id -u)" ] && echo "pid 1 is the sandbox's" || echo "UNSAFE pid 1 is $(cat /proc/1/comm)"`, []string{"blocked only", "pid 1 is the sandbox's"}},
-		{"host_process_not_signalable", "bash", fmt.Sprintf(`if kill -0 %d 2>/dev/null; then echo "UNSAFE host pid %d signalable"; else echo "blocked kill"; fi
-if [ -e /proc/%d/cmdline ]; then echo "UNSAFE host pid visible"; else echo "blocked proc"; fi`, hostPid, hostPid, hostPid), []string{"blocked kill", "blocked proc"}},
-	})
+	runAttacks(t, r, append(attacks.ByThreat("ProcessIsolation"), attacks.HostProcess(os.Getpid())))
 }
 
 // TestAttackHostCanaryFile: a file on the host holding a random token is
@@ -505,132 +293,8 @@ echo "search done"`})
 // (CVE-2024-21626), and a cgroup release_agent (CVE-2022-0492).
 func TestAttackEscapeCVEs(t *testing.T) {
 	r := newRuntime(t)
-	runAttacks(t, r, []attack{
-		{"proc_self_exe_overwrite", "python", `for p in ["/proc/self/exe", "/proc/1/exe"]:
-    try:
-        fd = os.open(p, os.O_WRONLY)
-        os.close(fd)
-        print("UNSAFE opened", p, "for writing")
-    except OSError as e:
-        print("blocked", p, e.strerror)
-try:
-    fd = os.open("/proc/self/exe", os.O_PATH)
-    os.open(f"/proc/self/fd/{fd}", os.O_WRONLY)
-    print("UNSAFE reopened exe for writing")
-except OSError as e:
-    print("blocked reopen", e.strerror)
-`, []string{"blocked /proc/self/exe", "blocked /proc/1/exe", "blocked reopen"}},
-		{"leaked_fds", "python", `import stat
-for pid in ["self", "1"]:
-    d = f"/proc/{pid}/fd"
-    try:
-        fds = sorted(int(f) for f in os.listdir(d))
-    except PermissionError:
-        # sandpit's shim runs a cold run's init from its loader, a binary
-        # the sandbox may not read: the kernel makes PID 1 undumpable.
-        print(f"blocked no leaked fds in {pid} (not readable)")
-        continue
-    extra = []
-    for f in fds:
-        try:
-            link = os.readlink(f"{d}/{f}")
-        except OSError:
-            continue  # the directory fd listdir itself opened, now closed
-        if pid == "1" and link == "/sandpit/src/alive":
-            continue  # the init's read end of sandpit's liveness FIFO (init.go), no host object
-        if f > 2:
-            extra.append((f, link))
-        elif not (link.startswith("pipe:") or link == "/dev/null"):
-            extra.append((f, link))
-    print(("UNSAFE leaked " + str(extra)) if extra else f"blocked no leaked fds in {pid}")
-`, []string{"blocked no leaked fds in self", "blocked no leaked fds in 1"}},
-		{"cwd_inside_rootfs", "python", `cwd = os.getcwd()
-link = os.readlink("/proc/self/cwd")
-if cwd.startswith("(unreachable)") or link != cwd or not os.path.samefile(cwd, "/tmp"):
-    print("UNSAFE cwd", cwd, link)
-else:
-    print("blocked cwd is", cwd)
-try:
-    if os.stat("/proc/1/root").st_ino == os.stat("/").st_ino and os.path.samefile("/proc/1/root/.", "/"):
-        print("blocked pid 1's root is the sandbox rootfs")
-except PermissionError:
-    print("blocked pid 1's root is not reachable")  # undumpable (see leaked_fds)
-`, []string{"blocked cwd is /tmp", "blocked pid 1's root"}},
-		{"cgroup_release_agent", "bash", `found=$(find / -xdev -name release_agent 2>/dev/null; find /sys -name release_agent 2>/dev/null)
-[ -z "$found" ] && echo "blocked no release_agent" || echo "UNSAFE release_agent at $found"
-grep -q ' - cgroup' /proc/self/mountinfo && echo "UNSAFE cgroupfs mounted" || echo "blocked no cgroupfs"
-mkdir -p /tmp/cg
-for t in "cgroup -o memory" "cgroup -o rdma" cgroup2; do if mount -t $t cgroup /tmp/cg 2>/dev/null; then echo "UNSAFE mounted $t"; else echo "blocked mount $t"; fi; done
-[ "$(cut -d: -f3 /proc/self/cgroup | sort -u)" = / ] && echo "blocked cgroup namespace root" || echo "UNSAFE host cgroup path $(cat /proc/self/cgroup)"`, []string{"blocked no release_agent", "blocked no cgroupfs", "blocked mount cgroup2", "blocked cgroup namespace root"}},
-		{"masked_proc_and_sys", "bash", `for f in /proc/kcore /proc/keys /proc/kallsyms /proc/timer_list /proc/sched_debug; do
-  n=$(head -c 64 "$f" 2>/dev/null | wc -c); [ "$n" = 0 ] && echo "blocked $f" || echo "UNSAFE $f readable"
-done
-for d in /sys/firmware /sys/kernel /sys/fs; do [ -z "$(ls -A $d 2>/dev/null)" ] && echo "blocked $d" || echo "UNSAFE $d has entries"; done`, []string{"blocked /proc/kcore", "blocked /proc/keys", "blocked /sys/kernel", "blocked /sys/fs"}},
-	})
+	runAttacks(t, r, attacks.ByThreat("EscapeCVEs"))
 }
-
-// abiProbe is the C prelude of TestAttackSyscallABI: probe runs one raw
-// syscall in a child (so a seccomp kill takes only the child) and prints
-// "blocked NAME ..." when the call was refused — the child killed by SIGSYS,
-// or EPERM or ENOSYS returned — or "UNSAFE NAME ..." when it reached the
-// kernel. Pointer arguments for the 32-bit ABI live below 4 GiB (MAP_32BIT).
-const abiProbe = `#define _GNU_SOURCE
-#include <errno.h>
-#include <signal.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#define X32_BIT 0x40000000L
-enum { I386, X32, NATIVE };
-static unsigned int *low; /* below 4 GiB: int 0x80 passes 32-bit pointers */
-
-static long raw(int abi, long nr, long a, long b, long c) {
-	long r;
-	switch (abi) {
-	case I386:
-		__asm__ volatile("int $0x80" : "=a"(r) : "a"(nr), "b"(a), "c"(b), "d"(c) : "memory");
-		return r;
-	case X32:
-		__asm__ volatile("syscall" : "=a"(r) : "a"(nr | X32_BIT), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
-		return r;
-	}
-	r = syscall(nr, a, b, c);
-	return r < 0 ? -errno : r;
-}
-
-static void probe(const char *name, int abi, long nr, long a, long b, long c) {
-	fflush(stdout);
-	pid_t pid = fork();
-	if (pid == 0) {
-		long r = raw(abi, nr, a, b, c);
-		if (r == -EPERM || r == -ENOSYS)
-			printf("blocked %s %s\n", name, r == -EPERM ? "EPERM" : "ENOSYS");
-		else if (r < 0)
-			printf("UNSAFE %s reached the kernel: %s\n", name, strerror(-r));
-		else
-			printf("UNSAFE %s returned %ld\n", name, r);
-		fflush(stdout);
-		_exit(0);
-	}
-	int st;
-	waitpid(pid, &st, 0);
-	if (WIFSIGNALED(st) && WTERMSIG(st) == SIGSYS)
-		printf("blocked %s killed by SIGSYS\n", name);
-	else if (WIFSIGNALED(st))
-		printf("blocked %s: no such ABI here (signal %d)\n", name, WTERMSIG(st));
-}
-
-int main(void) {
-	low = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_32BIT, -1, 0);
-	if (low == MAP_FAILED) { perror("mmap"); return 1; }
-	printf("native getpid %ld\n", raw(NATIVE, SYS_getpid, 0, 0, 0));
-`
 
 // TestAttackSyscallABI: seccomp admits only the native x86-64 ABI. The
 // 32-bit one (int 0x80) has socketcall(2), through which socket(2)'s family
@@ -642,27 +306,7 @@ func TestAttackSyscallABI(t *testing.T) {
 		t.Skipf("the probes are x86 assembly; this is %s", goruntime.GOARCH)
 	}
 	r := newRuntime(t)
-	c := func(body string) string { return abiProbe + body + "\treturn 0;\n}\n" }
-	runAttacks(t, r, []attack{
-		// socketcall(SYS_SOCKET, {AF_VSOCK, SOCK_STREAM, 0}): vsock is not
-		// network-namespaced; on a VM it reaches the hypervisor's services.
-		{"socketcall_vsock", "c", c(`	low[0] = 40; low[1] = SOCK_STREAM; low[2] = 0;
-	probe("socketcall_vsock", I386, 102, 1, (long)(uintptr_t)low, 0);
-`), []string{"native getpid", "blocked socketcall_vsock"}},
-		{"socketcall_alg", "c", c(`	low[0] = 38; low[1] = SOCK_SEQPACKET; low[2] = 0;
-	probe("socketcall_alg", I386, 102, 1, (long)(uintptr_t)low, 0);
-`), []string{"native getpid", "blocked socketcall_alg"}},
-		// i386's own socket(2) (359), and the native one as the control.
-		{"socket_vsock", "c", c(`	probe("i386_socket_vsock", I386, 359, 40, SOCK_STREAM, 0);
-	probe("native_socket_vsock", NATIVE, SYS_socket, 40, SOCK_STREAM, 0);
-	probe("native_socket_alg", NATIVE, SYS_socket, 38, SOCK_SEQPACKET, 0);
-`), []string{"blocked i386_socket_vsock", "blocked native_socket_vsock", "blocked native_socket_alg"}},
-		// Harmless calls: the ABI itself is what is refused.
-		{"i386_abi", "c", c(`	probe("i386_getpid", I386, 20, 0, 0, 0);
-`), []string{"native getpid", "blocked i386_getpid"}},
-		{"x32_abi", "c", c(`	probe("x32_getpid", X32, 39, 0, 0, 0);
-`), []string{"native getpid", "blocked x32_getpid"}},
-	})
+	runAttacks(t, r, attacks.ByThreat("SyscallABI"))
 }
 
 // TestAttackHostInotifyBudget: inotify instances are charged up the user
@@ -681,7 +325,7 @@ for i in range(16):
     sc("inotify_init1", 294, 0)  # no IN_CLOEXEC: what it returns survives the exec
 sc("inotify_init", 253)
 os.execv("/bin/sleep", [%q, "20"])
-`, pySyscall, marker)})
+`, attacks.PySyscall, marker)})
 		if err != nil {
 			t.Error(err)
 		}
