@@ -40,6 +40,10 @@ func TestImportRules(t *testing.T) {
 		{"the engine seam is neutral", []string{"./runtime/engine"},
 			[]string{"github.com/containerd/", mod + "/runtime$", mod + "/runtime/ctrd", mod + "/oci"}, false},
 		{"the containerd engine never reaches up into orchestration", []string{"./runtime/ctrd"}, []string{mod + "/runtime$"}, false},
+		// The attack payloads are data any test may import (the runtime's,
+		// a cluster's through MCP): they bring no engine or protocol along.
+		{"the attack payloads are data only", []string{"./internal/attacks"},
+			[]string{"github.com/containerd/", "github.com/mark3labs/mcp-go", mod + "/runtime", mod + "/mcp", mod + "/cmd/", mod + "/oci"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
