@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -38,8 +39,8 @@ names, every image some language runs on (the default image first). Examples:
 					&cli.BoolFlag{Name: "force", Usage: "rebuild the rootfs even if it is cached"},
 					&cli.BoolFlag{Name: "all", Usage: "build every image of the catalog"},
 					&cli.StringSliceFlag{Name: "packages", Usage: "extra Debian packages to add to the image (comma-separated; kept when serve rebuilds it)"},
-					&cli.StringFlag{Name: "mirror", Value: images.DefaultMirror, Usage: "Debian mirror for debootstrap", EnvVars: []string{"SANDPIT_DEBIAN_MIRROR"}},
-					&cli.StringFlag{Name: "cache-dir", EnvVars: []string{images.EnvCacheDir}, Usage: "where built rootfs layers are kept (default $" + images.EnvCacheDir + " or " + images.DefaultCacheDir + ")"},
+					mirrorFlag(),
+					cacheDirFlag(),
 				),
 				Action: withImages(func(c *cli.Context, ctx context.Context, store *images.Store) error {
 					cat, err := images.LoadCatalog(c.String("catalog"))
@@ -79,6 +80,29 @@ names, every image some language runs on (the default image first). Examples:
 					}
 					return nil
 				}),
+			},
+			{
+				Name:  "server",
+				Usage: "write sandpit's own image, for Kubernetes, to an OCI archive (no registry or containerd needed)",
+				Description: `Writes the image the node agents and front doors of scripts/kubernetes run (` + images.ServerRef + `)
+to an OCI image archive: a Debian bookworm rootfs from sandpit's image recipes (debootstrap,
+cached as ` + "`images build`" + ` caches: minutes and root the first time, seconds after) and
+this sandpit binary (or --binary) at ` + images.ServerBinary + `. containerd need not run here.
+Then put it on every node that runs sandpit, e.g.:
+   sandpit images server --output sandpit.tar
+   scripts/k8s.sh import DIR sandpit.tar         # the private test node (k8s.sh up DIR --node)
+   ctr -n k8s.io images import sandpit.tar       # a node whose kubelet uses containerd
+or push it to a registry with a tool of your choice that reads OCI archives, and name that
+image in the manifests. The binary must be built for the image's glibc (on Debian 12, say):
+the export checks its libraries against the rootfs and refuses one that would not start.`,
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Required: true, Usage: "archive to write (replaced whole, or left as it was; - for stdout)"},
+					&cli.StringFlag{Name: "ref", Value: images.ServerRef, Usage: "name the image is imported under"},
+					&cli.StringFlag{Name: "binary", Usage: "sandpit binary to put in the image (default: this one)"},
+					mirrorFlag(),
+					cacheDirFlag(),
+				},
+				Action: exportServer,
 			},
 			{
 				Name:  "catalog",
@@ -177,6 +201,87 @@ names, every image some language runs on (the default image first). Examples:
 			},
 		},
 	}
+}
+
+func mirrorFlag() cli.Flag {
+	return &cli.StringFlag{Name: "mirror", Value: images.DefaultMirror, Usage: "Debian mirror for debootstrap", EnvVars: []string{"SANDPIT_DEBIAN_MIRROR"}}
+}
+
+func cacheDirFlag() cli.Flag {
+	return &cli.StringFlag{Name: "cache-dir", EnvVars: []string{images.EnvCacheDir}, Usage: "where built rootfs layers are kept (default $" + images.EnvCacheDir + " or " + images.DefaultCacheDir + ")"}
+}
+
+// exportServer is `images server`. It builds its Builder without a
+// containerd client: the image goes to a file, not into a daemon.
+func exportServer(c *cli.Context) error {
+	if c.NArg() != 0 {
+		return fmt.Errorf("images server: unexpected arguments %v (the archive is --output FILE)", c.Args().Slice())
+	}
+	bin := c.String("binary")
+	if bin == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("images server: find this binary: %w (pass --binary)", err)
+		}
+		bin = self
+	}
+	b := &images.Builder{Mirror: c.String("mirror"), CacheDir: c.String("cache-dir")}
+	if isTerminal(os.Stderr) {
+		b.Progress = os.Stderr
+	}
+	ref, out := c.String("ref"), c.String("output")
+	export := func(w io.Writer) error { return b.ExportServer(c.Context, bin, ref, w) }
+	if out == "-" {
+		if isTerminal(os.Stdout) {
+			return fmt.Errorf("images server: not writing an image archive to a terminal (redirect it, or give --output FILE)")
+		}
+		if err := export(os.Stdout); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.App.ErrWriter, "%s %s\n", out, ref)
+		return nil
+	}
+	if err := writeFileAtomic(out, export); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.Writer, "%s %s\n", out, ref)
+	return nil
+}
+
+// writeFileAtomic writes path through a temporary file beside it, renamed
+// over it only when write succeeded: a reader never sees half an archive,
+// and a failed export leaves what was there.
+func writeFileAtomic(path string, write func(w io.Writer) error) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp-")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if err := write(f); err != nil {
+		return err // the export's own error says what failed
+	}
+	if err := f.Chmod(0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
 }
 
 // withImages connects to containerd's images in the configured namespace.
