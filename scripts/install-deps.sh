@@ -107,6 +107,10 @@ if [ "$want_go" -eq 1 ]; then
 		# network namespace and veth for its node (ip).
 		need_file "/usr/lib/$(uname -m)-linux-gnu/libc.a" libc6-dev
 		need_file /sbin/ip iproute2
+		# Its node's Pod network and Services (up --services): Debian's
+		# CNI plugins and, for kube-proxy, iptables.
+		need_file /usr/lib/cni/bridge containernetworking-plugins
+		need iptables-restore iptables
 	fi
 fi
 need_file /usr/share/keyrings/debian-archive-keyring.gpg debian-archive-keyring

@@ -15,6 +15,13 @@
 #                                         NETNS=… CTR_ADDRESS=… NODE=… NODE_IP=…;
 #                                         with --owner it stops when PID exits (a
 #                                         test killed before its cleanup)
+#   scripts/k8s.sh up DIR --node --services [--sandpit BIN]
+#                                         also kube-controller-manager, kube-proxy
+#                                         and a bridge Pod network (Deployments,
+#                                         DaemonSets, Services work); with --sandpit
+#                                         the node's host runs `BIN containerd start`
+#                                         for a sandpit node agent Pod (prints also
+#                                         CGROOT=… SANDPIT_HOST=… SANDPIT_CONTAINERD=…)
 #   scripts/k8s.sh down DIR               stop the one started in DIR, Pods and all
 #   scripts/k8s.sh import DIR IMAGE.tar   import an OCI layout or docker archive
 #                                         into DIR's node (containerd namespace k8s.io;
@@ -53,6 +60,20 @@
 # namespace default. The Pod sandbox image is a static pause of ours
 # ($pauseimage), imported at up. Pods get a network namespace with only lo
 # (a report-only CNI plugin) and may run with hostUsers: false.
+#
+# With --services (root only), what a cluster's workloads need: in the
+# node's network namespace kube-controller-manager (which then makes the
+# default ServiceAccount and CA ConfigMap), kube-proxy (iptables mode, the
+# node namespace's tables only, masquerading Service traffic) and a Pod
+# network of Debian's bridge + host-local CNI plugins ($podcidr on bridge
+# cni0, inside the node's namespace: Pods reach each other, the node and
+# Services, nothing beyond). The apiserver keeps the `kubernetes`
+# Service's endpoints (HOSTIP), so Pods use in-cluster config. No DNS, no
+# NetworkPolicy enforcement (no policy plugin). With --sandpit BIN, the
+# node's "host" paths /run/sandpit and /var/lib/sandpit (DIR/host/run and
+# DIR/host/lib, a shared mount, peers in the node's mount namespaces and
+# the host's) and a sandpit containerd there (`BIN containerd start`),
+# what scripts/kubernetes/node.yaml's agent drives.
 #
 # Measured (2 cores shared with another engineer's container tests, build
 # under nice 10): control plane only: cold build (empty module and build
@@ -108,7 +129,7 @@ etcd=v3.6.16
 containerd=v2.4.2
 runc=v1.3.7
 # Bump rev when the build recipe changes without a version changing.
-rev=2
+rev=3
 key=k8s-$k8s-etcd-$etcd-containerd-$containerd-runc-$runc-r$rev
 
 if [ "$(id -u)" -eq 0 ]; then
@@ -126,10 +147,10 @@ die() {
 
 # What build makes, in $bindir (the CNI plugin in $bindir/cni), and what
 # build --control-plane (all up without --node needs) makes.
-binaries="etcd kube-apiserver kubelet kube-scheduler containerd containerd-shim-runc-v2 ctr runc pause pause.tar cni/sandpit-report"
+binaries="etcd kube-apiserver kubelet kube-scheduler kube-controller-manager kube-proxy containerd containerd-shim-runc-v2 ctr runc pause pause.tar cni/sandpit-report"
 cpbinaries="etcd kube-apiserver"
 # The kubernetes commands build_kubernetes makes.
-kubecmds="kube-apiserver kubelet kube-scheduler"
+kubecmds="kube-apiserver kubelet kube-scheduler kube-controller-manager kube-proxy"
 
 # built LIST: every binary in LIST is there.
 built() {
@@ -144,7 +165,7 @@ built() {
 # kubelet's minutes of compiling).
 build() {
 	local want=$binaries steps="build_etcd build_kubernetes build_containerd build_runc build_node_bits"
-	local what="etcd $etcd, kube-apiserver, kubelet and kube-scheduler $k8s, containerd $containerd, runc $runc (cold: about 15 minutes on two cores)"
+	local what="etcd $etcd, kube-apiserver, kubelet, kube-scheduler, kube-controller-manager and kube-proxy $k8s, containerd $containerd, runc $runc (cold: about 15 minutes on two cores)"
 	if [ "${1:-}" = --control-plane ]; then
 		want=$cpbinaries
 		steps="build_etcd build_kubernetes"
@@ -527,6 +548,15 @@ svcrange=198.51.100.0/24
 svcip=198.51.100.1
 # More apiserver flags (up --node adds the kubelet client's).
 apiserver_extra=()
+reconciler=none
+# What up --services and --sandpit add (set by up's options).
+services=""
+sandpit=""
+# The Pods' network with --services (RFC 5737 TEST-NET-3): a bridge in the
+# node's network namespace, routed nowhere outside it.
+podcidr=203.0.113.0/24
+# Debian's CNI plugins (package containernetworking-plugins).
+debiancni=/usr/lib/cni
 
 start_etcd() {
 	local dir=$1 client peer pid rc
@@ -586,7 +616,7 @@ start_apiserver() {
 			--service-account-issuer https://kubernetes.default.svc.cluster.local \
 			--service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
 			--service-cluster-ip-range "$svcrange" \
-			--endpoint-reconciler-type none \
+			--endpoint-reconciler-type "$reconciler" \
 			--profiling=false \
 			--enable-admission-plugins NodeRestriction \
 			"${apiserver_extra[@]}" \
@@ -730,6 +760,24 @@ node_pki() {
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
 subjectAltName=IP:$nodeip,DNS:$nodename"
+	if [ -n "$services" ]; then
+		cert "$p" kube-controller-manager "/CN=system:kube-controller-manager" "$clientext"
+		cert "$p" kube-proxy "/CN=system:kube-proxy" "$clientext"
+	fi
+}
+
+# hostbinds prints, with --sandpit, the mounts (a shell command list ending
+# in &&) that make a node's mount namespace see DIR/host/run as
+# /run/sandpit and DIR/host/lib as /var/lib/sandpit (after DIR/varlib is
+# bound over /var/lib): the node's "host" paths a sandpit node agent's
+# hostPath volumes name. DIR/host is a shared mount (up_node), so each
+# bind is a peer of it: what the agent mounts there (Bidirectional)
+# reaches the node's sandpit containerd and the host, and the other way.
+hostbinds() {
+	[ -n "$sandpit" ] || return 0
+	local h
+	h=$(printf %q "$1/host")
+	printf '%s' "mkdir -p /run/sandpit /var/lib/sandpit && mount --bind $h/run /run/sandpit && mount --bind $h/lib /var/lib/sandpit && "
 }
 
 start_containerd() {
@@ -738,9 +786,19 @@ start_containerd() {
 	chmod 711 "$c"
 	# The CNI config before containerd starts (its watcher can miss one
 	# written later).
-	cat >"$dir/cni/10-sandpit-report.conflist" <<EOF
+	if [ -n "$services" ]; then
+		# A real Pod network: Debian's bridge and host-local plugins,
+		# in the node's namespace (Pods reach each other, the node and,
+		# through kube-proxy, Services; nothing routes them further).
+		cat >"$dir/cni/10-sandpit-pods.conflist" <<EOF
+{"cniVersion": "1.0.0", "name": "sandpit-pods", "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+  "ipam": {"type": "host-local", "dataDir": "$dir/cni-ipam", "ranges": [[{"subnet": "$podcidr"}]], "routes": [{"dst": "0.0.0.0/0"}]}}]}
+EOF
+	else
+		cat >"$dir/cni/10-sandpit-report.conflist" <<EOF
 {"cniVersion": "1.0.0", "name": "sandpit-report", "plugins": [{"type": "sandpit-report"}]}
 EOF
+	fi
 	cat >"$c/config.toml" <<EOF
 version = 3
 root = "$c/root"
@@ -779,7 +837,7 @@ disabled_plugins = ["io.containerd.image-verifier.v1.bindir", "io.containerd.sna
         Root = "$c/runc"
         SystemdCgroup = false
   [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = ["$bindir/cni"]
+    bin_dirs = ["$bindir/cni", "$debiancni"]
     conf_dir = "$dir/cni"
     max_conf_num = 1
     # containerd sets the Pod's lo up itself: no CNI loopback plugin.
@@ -791,7 +849,7 @@ EOF
 	(
 		umask 022
 		exec setsid nsenter --net="/run/netns/$netns" -- unshare --mount --propagation unchanged -- \
-			/bin/sh -c "mount --bind $(printf %q "$dir/varlib") /var/lib && exec \"\$0\" \"\$@\"" \
+			/bin/sh -c "mount --bind $(printf %q "$dir/varlib") /var/lib && $(hostbinds "$dir")exec \"\$0\" \"\$@\"" \
 			env PATH="$bindir:$PATH" "$bindir/containerd" --config "$c/config.toml"
 	) </dev/null >"$dir/containerd.log" 2>&1 &
 	pid=$!
@@ -869,6 +927,9 @@ evictionHard:
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
+# Secret and ConfigMap volumes refreshed within ~10 s of a change (1 min
+# by default): a test waits for what it changed to reach a Pod.
+syncFrequency: 10s
 EOF
 	kubeconfig "$dir" "$apiserver_url" kubelet >"$dir/kubelet.kubeconfig"
 	# umask 022 as for containerd: what the kubelet makes for a Pod
@@ -877,7 +938,7 @@ EOF
 		umask 022
 		# shellcheck disable=SC2016 # $0 "$@" for the inner shell
 		exec setsid nsenter --net="/run/netns/$netns" -- unshare --mount --propagation unchanged -- \
-			/bin/sh -c "set -e; $binds mount --bind $(printf %q "$dir/varlog") /var/log && mount --bind $(printf %q "$dir/varlib") /var/lib && exec \"\$0\" \"\$@\"" \
+			/bin/sh -c "set -e; $binds mount --bind $(printf %q "$dir/varlog") /var/log && mount --bind $(printf %q "$dir/varlib") /var/lib && $(hostbinds "$dir")exec \"\$0\" \"\$@\"" \
 			"$bindir/kubelet" --config "$dir/kubelet.yaml" --kubeconfig "$dir/kubelet.kubeconfig" \
 			--root-dir "$k" --node-ip "$nodeip" --hostname-override "$nodename" --v 1
 	) </dev/null >"$dir/kubelet.log" 2>&1 &
@@ -913,7 +974,7 @@ node_ready() {
 	local dir=$1 deadline=$((SECONDS + 120)) node n
 	node_dir=$dir
 	while :; do
-		for n in containerd kubelet kube-scheduler; do
+		for n in containerd kubelet kube-scheduler ${services:+kube-controller-manager kube-proxy}; do
 			if [ -z "$(recorded "$dir" $n)" ]; then
 				tail -30 "$dir/$n.log" >&2
 				die "$n exited (log: $dir/$n.log)"
@@ -938,6 +999,19 @@ t = [x for x in n["spec"].get("taints", []) if x["key"] != "node.kubernetes.io/n
 print(json.dumps({"metadata": {"resourceVersion": n["metadata"]["resourceVersion"]}, "spec": {"taints": t or None}}))')" \
 		application/merge-patch+json >/dev/null ||
 		die "could not remove the not-ready taint"
+	if [ -n "$services" ]; then
+		# The controller manager makes them: wait for both.
+		until kapi GET /api/v1/namespaces/default/serviceaccounts/default >/dev/null 2>&1 &&
+			kapi GET /api/v1/namespaces/default/configmaps/kube-root-ca.crt >/dev/null 2>&1; do
+			[ -n "$(recorded "$dir" kube-controller-manager)" ] || {
+				tail -30 "$dir/kube-controller-manager.log" >&2
+				die "kube-controller-manager exited (log: $dir/kube-controller-manager.log)"
+			}
+			[ $SECONDS -lt $deadline ] || die "no default ServiceAccount within 120s (log: $dir/kube-controller-manager.log)"
+			sleep 0.2
+		done
+		return 0
+	fi
 	kapi POST /api/v1/namespaces/default/serviceaccounts '{"metadata": {"name": "default"}}' >/dev/null ||
 		die "could not create the default ServiceAccount"
 	kapi POST /api/v1/namespaces/default/configmaps "$(python3 -c '
@@ -960,11 +1034,100 @@ up_node() {
 	mkdir -p "$dir/varlib" "$k"
 	mount --bind "$k" "$k"
 	mount --make-rshared "$k"
+	if [ -n "$sandpit" ]; then
+		mkdir -p "$dir/host/run" "$dir/host/lib"
+		chmod 711 "$dir/host" "$dir/host/run" "$dir/host/lib"
+		mount --bind "$dir/host" "$dir/host"
+		mount --make-rshared "$dir/host"
+	fi
+	if [ -n "$services" ]; then
+		[ -x "$debiancni/bridge" ] && [ -x "$debiancni/host-local" ] ||
+			die "--services needs Debian's CNI plugins in $debiancni: apt-get install containernetworking-plugins"
+		command -v iptables-restore >/dev/null || die "--services needs iptables (kube-proxy): apt-get install iptables"
+		# The node's own connections to a Service (a test's client
+		# entering the namespace) need a route before kube-proxy's DNAT.
+		ip -n "$netns" route add "$svcrange" dev "$nodeveth"
+	fi
 	start_containerd "$dir"
 	import_image "$dir" "$bindir/pause.tar"
 	start_kubelet "$dir"
 	start_scheduler "$dir"
+	if [ -n "$services" ]; then
+		start_controller_manager "$dir"
+		start_kube_proxy "$dir"
+	fi
 	node_ready "$dir"
+	[ -z "$sandpit" ] || start_sandpit "$dir"
+}
+
+# start_controller_manager runs kube-controller-manager in the node's
+# network namespace (it needs only the apiserver): Deployments,
+# DaemonSets, ReplicaSets, EndpointSlices, ServiceAccounts and their
+# namespaces' kube-root-ca.crt, garbage collection. Each controller acts
+# with its own service account's rights. --secure-port 0: no health
+# server, no delegated authentication to set up.
+start_controller_manager() {
+	local dir=$1 p=$1/pki
+	kubeconfig "$dir" "$apiserver_url" kube-controller-manager >"$dir/kube-controller-manager.kubeconfig"
+	setsid nsenter --net="/run/netns/$netns" -- "$bindir/kube-controller-manager" \
+		--kubeconfig "$dir/kube-controller-manager.kubeconfig" \
+		--authentication-kubeconfig "$dir/kube-controller-manager.kubeconfig" \
+		--authorization-kubeconfig "$dir/kube-controller-manager.kubeconfig" \
+		--leader-elect=false --secure-port 0 --use-service-account-credentials \
+		--service-account-private-key-file "$p/sa.key" --root-ca-file "$p/ca.crt" \
+		--service-cluster-ip-range "$svcrange" --cluster-cidr "$podcidr" \
+		--controllers '*,-nodeipam,-csrsigning,-csrapproving' \
+		--v 1 </dev/null >"$dir/kube-controller-manager.log" 2>&1 &
+	record "$dir" kube-controller-manager $! || true
+}
+
+# start_kube_proxy runs kube-proxy (iptables mode) in the node's network
+# namespace: its rules are that namespace's, never the host's. It changes
+# no conntrack sysctl (maxPerCore 0, timeouts 0) and no route_localnet
+# (no localhost NodePorts). masqueradeAll: a Pod's packets to a Service
+# leave with the node's address, so the apiserver on HOSTIP answers to a
+# node address the host routes (Pod addresses it does not route).
+start_kube_proxy() {
+	local dir=$1
+	kubeconfig "$dir" "$apiserver_url" kube-proxy >"$dir/kube-proxy.kubeconfig"
+	cat >"$dir/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: $dir/kube-proxy.kubeconfig}
+mode: iptables
+hostnameOverride: $nodename
+bindAddress: $nodeip
+clusterCIDR: $podcidr
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+iptables: {masqueradeAll: true, localhostNodePorts: false}
+conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+EOF
+	setsid nsenter --net="/run/netns/$netns" -- "$bindir/kube-proxy" --config "$dir/kube-proxy.yaml" --v 1 \
+		</dev/null >"$dir/kube-proxy.log" 2>&1 &
+	record "$dir" kube-proxy $! || true
+}
+
+# start_sandpit starts the node's sandpit containerd (`sandpit containerd
+# start`: Debian's containerd with sandpit's config, /run/sandpit/containerd
+# and /var/lib/sandpit/containerd as the node sees them, i.e. DIR/host/run
+# and DIR/host/lib) in the node's network namespace and a mount namespace
+# with hostbinds: what a node's operator runs on each host before the
+# DaemonSet's agent drives it (scripts/kubernetes/node.yaml).
+start_sandpit() {
+	local dir=$1 pid
+	(
+		umask 022
+		# shellcheck disable=SC2016 # $0 "$@" for the inner shell
+		exec nsenter --net="/run/netns/$netns" -- unshare --mount --propagation unchanged -- \
+			/bin/sh -c "mount --bind $(printf %q "$dir/varlib") /var/lib && $(hostbinds "$dir")exec \"\$0\" \"\$@\"" \
+			"$sandpit" containerd start
+	) </dev/null >"$dir/sandpit-containerd.log" 2>&1 || {
+		tail -20 "$dir/sandpit-containerd.log" >&2
+		die "the node's sandpit containerd did not start (log: $dir/sandpit-containerd.log, $dir/host/run/containerd/containerd.log)"
+	}
+	read -r pid <"$dir/host/run/containerd/containerd.pid" || die "no pid file from the node's sandpit containerd"
+	record "$dir" sandpit-containerd "$pid" || die "the node's sandpit containerd (pid $pid) is gone"
 }
 
 # shims prints the pids of live containerd-shim-runc-v2 processes started by
@@ -1009,6 +1172,8 @@ down_node() {
 		CGROOT) CGROOT=$val ;;
 		esac
 	done <"$dir/node.env"
+	stop_one "$dir" kube-controller-manager
+	stop_one "$dir" kube-proxy
 	stop_one "$dir" kube-scheduler
 	stop_one "$dir" kubelet
 	# The Pods' processes: every process in the kubelet's cgroupRoot.
@@ -1025,6 +1190,22 @@ down_node() {
 			sleep 0.1
 		done
 	fi
+	# The node's sandpit containerd, once no agent Pod is left to make
+	# sandboxes: first its tasks (the sandboxes, in every containerd
+	# namespace it has: they are this node's), then the daemon; shims
+	# left are in the node's network namespace (below).
+	sock=$dir/host/run/containerd/containerd.sock
+	if [ -n "$(recorded "$dir" sandpit-containerd)" ]; then
+		local ns
+		for ns in $(timeout 10 ctr --address "$sock" namespaces ls -q 2>/dev/null); do
+			for f in $(timeout 10 ctr --address "$sock" -n "$ns" tasks ls -q 2>/dev/null); do
+				timeout 10 ctr --address "$sock" -n "$ns" tasks kill -s KILL "$f" >/dev/null 2>&1 || true
+				timeout 20 ctr --address "$sock" -n "$ns" tasks delete -f "$f" >/dev/null 2>&1 || true
+			done
+		done
+	fi
+	stop_one "$dir" sandpit-containerd
+	sock=$dir/containerd/containerd.sock
 	# Their tasks, so that containerd shuts the shims down cleanly
 	# (sockets, rootfs mounts).
 	if [ -n "$(recorded "$dir" containerd)" ]; then
@@ -1043,6 +1224,37 @@ down_node() {
 			sleep 0.1
 		done
 	fi
+	# Anything else still in the node's network namespace (the sandpit
+	# containerd's shims, a daemon whose pid file was lost): the namespace
+	# is this node's alone, so what is in it is the node's.
+	deadline=$((SECONDS + 10))
+	while pids=$(innetns "$dir") && [ -n "$pids" ]; do
+		# shellcheck disable=SC2086 # a list of pids
+		kill -9 $pids 2>/dev/null || true
+		[ $SECONDS -lt $deadline ] || {
+			echo "k8s.sh: processes left in the node's network namespace: $pids" >&2
+			break
+		}
+		sleep 0.1
+	done
+}
+
+# innetns prints the pids of live processes in DIR's node network
+# namespace (same namespace inode as /run/netns/NETNS).
+innetns() {
+	local key val NETNS="" ino f pid
+	while IFS='=' read -r key val; do
+		[ "$key" = NETNS ] && NETNS=$val
+	done <"$1/node.env"
+	[ -n "$NETNS" ] && [ -e "/run/netns/$NETNS" ] || return 0
+	ino=$(stat -L -c %i "/run/netns/$NETNS") || return 0
+	for f in /proc/[0-9]*/ns/net; do
+		[ "$(stat -L -c %i "$f" 2>/dev/null)" = "$ino" ] || continue
+		pid=${f#/proc/}
+		pid=${pid%/ns/net}
+		[ "$pid" != "$$" ] && [ -n "$(starttime "$pid")" ] && echo "$pid"
+	done
+	return 0
 }
 
 # down_host undoes, once nothing of the node runs and the apiserver is
@@ -1108,9 +1320,10 @@ down_host() {
 
 up() {
 	local dir=${1:-}
-	case "$dir" in "" | -*) die "usage: $0 up DIR [--node] [--owner PID]" ;; esac
+	case "$dir" in "" | -*) die "usage: $0 up DIR [--node] [--services] [--sandpit BIN] [--owner PID]" ;; esac
 	shift
 	local owner="" node=""
+	services="" sandpit=""
 	while [ $# -gt 0 ]; do
 		case "$1" in
 		--owner)
@@ -1120,6 +1333,16 @@ up() {
 		--node)
 			node=1
 			shift
+			;;
+		--services)
+			node=1 services=1
+			shift
+			;;
+		--sandpit)
+			node=1 sandpit=${2:?--sandpit needs the sandpit binary}
+			[ -x "$sandpit" ] || die "--sandpit $sandpit: not an executable"
+			sandpit=$(readlink -f "$sandpit")
+			shift 2
 			;;
 		*) die "unknown option $1" ;;
 		esac
@@ -1141,7 +1364,7 @@ up() {
 	dir=$(cd "$dir" && pwd)
 	local n
 	[ ! -f "$dir/node.env" ] || die "a node was started in $dir: $0 down $dir"
-	for n in kube-apiserver etcd watcher containerd kubelet kube-scheduler up; do
+	for n in kube-apiserver etcd watcher containerd kubelet kube-scheduler kube-controller-manager kube-proxy sandpit-containerd up; do
 		if [ -n "$(recorded "$dir" $n)" ]; then
 			die "a control plane already runs in $dir ($n pid $(recorded "$dir" $n)): $0 down $dir"
 		fi
@@ -1181,6 +1404,10 @@ up() {
 		node_net "$dir"
 		bind=$hostip
 		extra=",IP:$hostip"
+		# With the cluster's services the apiserver keeps the
+		# `kubernetes` Service's endpoints (HOSTIP, which Pods reach
+		# through kube-proxy); else none (see start_apiserver).
+		[ -z "$services" ] || reconciler=lease
 		apiserver_extra=(--kubelet-client-certificate "$dir/pki/apiserver-kubelet-client.crt"
 			--kubelet-client-key "$dir/pki/apiserver-kubelet-client.key"
 			--kubelet-preferred-address-types InternalIP)
@@ -1208,6 +1435,11 @@ up() {
 		echo "CTR_ADDRESS=$ctr_address"
 		echo "NODE=$nodename"
 		echo "NODE_IP=$nodeip"
+		echo "CGROOT=$cgroot"
+	fi
+	if [ -n "$sandpit" ]; then
+		echo "SANDPIT_HOST=$dir/host"
+		echo "SANDPIT_CONTAINERD=$dir/host/run/containerd/containerd.sock"
 	fi
 }
 
@@ -1302,7 +1534,7 @@ main() {
 		watch "$@"
 		;;
 	*)
-		echo "usage: $0 build | up DIR [--node] [--owner PID] | down DIR | import DIR IMAGE.tar" >&2
+		echo "usage: $0 build | up DIR [--node] [--services] [--sandpit BIN] [--owner PID] | down DIR | import DIR IMAGE.tar" >&2
 		exit 2
 		;;
 	esac

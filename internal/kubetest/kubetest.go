@@ -80,6 +80,28 @@ type Cluster struct {
 	// NodeName is the Node's name, NodeIP its InternalIP (in NetNS; the
 	// host reaches it through a veth).
 	NodeName, NodeIP string
+	// CgroupRoot is the kubelet's cgroupRoot: down kills every process
+	// under it (a node agent's sandboxes belong there too).
+	CgroupRoot string
+
+	// With NodeOptions.Sandpit: the host paths of the node's
+	// /run/sandpit and /var/lib/sandpit (SandpitHost/run, /lib), and the
+	// node's sandpit containerd socket as the host reaches it.
+	SandpitHost, SandpitContainerd string
+}
+
+// NodeOptions are what StartNodeWith adds to a node.
+type NodeOptions struct {
+	// Services adds kube-controller-manager, kube-proxy and a real Pod
+	// network (Debian's bridge CNI plugin) inside the node's network
+	// namespace: Deployments and DaemonSets make Pods, Services route,
+	// Pods reach each other and the apiserver (up --services).
+	Services bool
+	// Sandpit is a sandpit binary: the node gets a "host" /run/sandpit and
+	// /var/lib/sandpit shared with the host at SandpitHost, and a
+	// sandpit containerd (`sandpit containerd start`) there, as an
+	// operator runs on each host before the node DaemonSet (up --sandpit).
+	Sandpit string
 }
 
 // Process is one process that up started, told apart from a later one
@@ -140,7 +162,7 @@ const (
 // cannot be done, and skips t, saying why, only when SANDPIT_K8S_TEST=0.
 func Start(t testing.TB) *Cluster {
 	t.Helper()
-	return start(t, false)
+	return start(t, false, NodeOptions{})
 }
 
 // StartNode is Start with a node (scripts/k8s.sh up --node): a containerd,
@@ -150,10 +172,16 @@ func Start(t testing.TB) *Cluster {
 // namespace that holds only lo. It needs root.
 func StartNode(t testing.TB) *Cluster {
 	t.Helper()
-	return start(t, true)
+	return start(t, true, NodeOptions{})
 }
 
-func start(t testing.TB, node bool) *Cluster {
+// StartNodeWith is StartNode with more on the node (NodeOptions).
+func StartNodeWith(t testing.TB, o NodeOptions) *Cluster {
+	t.Helper()
+	return start(t, true, o)
+}
+
+func start(t testing.TB, node bool, o NodeOptions) *Cluster {
 	t.Helper()
 	if os.Getenv("SANDPIT_K8S_TEST") == "0" {
 		t.Skip("SANDPIT_K8S_TEST=0: skipping the tests against a real Kubernetes control plane (scripts/k8s.sh)")
@@ -220,6 +248,14 @@ func start(t testing.TB, node bool) *Cluster {
 		args = append(args, "--node")
 		what, names = "node", append(names, "containerd", "kubelet", "kube-scheduler")
 	}
+	if o.Services {
+		args = append(args, "--services")
+		names = append(names, "kube-controller-manager", "kube-proxy")
+	}
+	if o.Sandpit != "" {
+		args = append(args, "--sandpit", o.Sandpit)
+		names = append(names, "sandpit-containerd")
+	}
 	out, err := run(upPatience, script, args...)
 	if err != nil {
 		t.Fatalf("scripts/k8s.sh %s: %v", strings.Join(args, " "), err)
@@ -239,8 +275,15 @@ func start(t testing.TB, node bool) *Cluster {
 	c.NobodyKubeconfig = filepath.Join(dir, "nobody.kubeconfig")
 	if node {
 		c.NetNS, c.CtrAddress, c.NodeName, c.NodeIP = vars["NETNS"], vars["CTR_ADDRESS"], vars["NODE"], vars["NODE_IP"]
-		if c.NetNS == "" || c.CtrAddress == "" || c.NodeName == "" || c.NodeIP == "" {
-			t.Fatalf("scripts/k8s.sh up --node printed %q: no NETNS=, CTR_ADDRESS=, NODE= and NODE_IP=", out)
+		c.CgroupRoot = vars["CGROOT"]
+		if c.NetNS == "" || c.CtrAddress == "" || c.NodeName == "" || c.NodeIP == "" || c.CgroupRoot == "" {
+			t.Fatalf("scripts/k8s.sh up --node printed %q: no NETNS=, CTR_ADDRESS=, NODE=, NODE_IP= and CGROOT=", out)
+		}
+	}
+	if o.Sandpit != "" {
+		c.SandpitHost, c.SandpitContainerd = vars["SANDPIT_HOST"], vars["SANDPIT_CONTAINERD"]
+		if c.SandpitHost == "" || c.SandpitContainerd == "" {
+			t.Fatalf("scripts/k8s.sh up --sandpit printed %q: no SANDPIT_HOST= and SANDPIT_CONTAINERD=", out)
 		}
 	}
 	for _, name := range names {
