@@ -70,6 +70,27 @@ func clusterCommand() *cli.Command {
 				return nil
 			},
 		}, {
+			Name:      "token",
+			Usage:     "issue a sandpit token for tenant NAME into the Secret every front door reads (--tokens-file); printed once, as the last line",
+			ArgsUsage: "NAME",
+			Flags:     []cli.Flag{kc, ns},
+			Action: func(c *cli.Context) error {
+				if c.NArg() != 1 {
+					return fmt.Errorf("usage: sandpit cluster token [--kubeconfig FILE] [--namespace NS] NAME")
+				}
+				kube, _, err := kubeClients(c)
+				if err != nil {
+					return err
+				}
+				tok, err := cluster.IssueToken(c.Context, kube, c.String("namespace"), c.Args().First())
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(c.App.ErrWriter, "issued token %s into Secret %s/%s (its hash only): front doors accept it once the kubelet refreshes their Secret volume (up to about a minute); send it as \"Authorization: Bearer <token>\"\n", c.Args().First(), c.String("namespace"), cluster.TokensSecretName)
+				_, err = fmt.Fprintln(c.App.Writer, tok)
+				return err
+			},
+		}, {
 			Name:  "status",
 			Usage: "list the node agents (live, draining, gone) and the placements",
 			Flags: []cli.Flag{kc, ns, &cli.BoolFlag{Name: "json", Usage: "print JSON"}},

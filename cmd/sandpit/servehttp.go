@@ -32,6 +32,7 @@ func httpFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "listen", Usage: "serve MCP over HTTP on HOST:PORT (Streamable HTTP at /mcp, legacy SSE at /sse) to authenticated tenants instead of stdio"},
 		&cli.StringFlag{Name: "data-dir", Value: dataDir(), EnvVars: []string{"SANDPIT_DATA_DIR"}, Usage: "persistent data: tokens (DIR/auth), each tenant's workspace, snapshots and history (DIR/tenants/NAME); a stdio server's workspace, snapshots and history default to DIR too"},
+		&cli.StringFlag{Name: "tokens-file", EnvVars: []string{"SANDPIT_TOKENS_FILE"}, Usage: "read the tokens from this file, which this server never writes, instead of DATA-DIR/auth/tokens.json: in a cluster, the Secret `sandpit cluster token` fills, mounted in every front door"},
 		&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS with this PEM certificate (with --tls-key)"},
 		&cli.StringFlag{Name: "tls-key", Usage: "the PEM private key of --tls-cert"},
 		&cli.BoolFlag{Name: "insecure-http", Usage: "allow plain HTTP on a non-loopback --listen: a proxy in front terminates TLS"},
@@ -61,7 +62,7 @@ func httpFlags() []cli.Flag {
 func checkHTTPFlags(c *cli.Context) error {
 	listen := c.String("listen") != ""
 	if !listen {
-		for _, f := range []string{"tls-cert", "tls-key", "insecure-http", "insecure-no-auth", "operator", "no-dashboard", "oauth-dashboard-client", "public-url", "allow-origin", "allow-host", "oauth-issuer", "oauth-introspect", "oauth-introspection-url", "oauth-introspection-client"} {
+		for _, f := range []string{"tokens-file", "tls-cert", "tls-key", "insecure-http", "insecure-no-auth", "operator", "no-dashboard", "oauth-dashboard-client", "public-url", "allow-origin", "allow-host", "oauth-issuer", "oauth-introspect", "oauth-introspection-url", "oauth-introspection-client"} {
 			if c.IsSet(f) {
 				return fmt.Errorf("--%s needs --listen HOST:PORT (without it sandpit serves stdio)", f)
 			}
@@ -249,13 +250,21 @@ func (l *lateAuth) Authenticate(ctx context.Context, r *http.Request) (auth.Prin
 // (--data-dir), and with --oauth-issuer holders of that issuer's access
 // tokens for resource (this server's /mcp URL).
 func httpAuth(ctx context.Context, c *cli.Context, resource string) (auth.Authenticator, *auth.OAuth, error) {
-	tokens, err := auth.OpenTokens(c.String("data-dir"))
+	var tokens *auth.Tokens
+	var err error
+	create := "`sandpit token create NAME`"
+	if f := c.String("tokens-file"); f != "" {
+		tokens, err = auth.OpenTokensFile(f)
+		create = "`sandpit cluster token NAME`, or `sandpit token create` and copy DATA-DIR/auth/tokens.json there"
+	} else {
+		tokens, err = auth.OpenTokens(c.String("data-dir"))
+	}
 	if err != nil {
 		return nil, nil, err
 	}
 	issuer := c.String("oauth-issuer")
 	if list, err := tokens.List(); err == nil && len(list) == 0 && issuer == "" {
-		slog.Warn("no tokens yet: every request will be refused until one exists; create one with `sandpit token create NAME`", "data_dir", c.String("data-dir"))
+		slog.Warn("no tokens yet: every request will be refused until one exists; create one with "+create, "file", tokens.Path())
 	}
 	if issuer == "" {
 		return tokens, nil, nil

@@ -146,6 +146,21 @@ func OpenTokens(dataDir string) (*Tokens, error) {
 	return t, nil
 }
 
+// OpenTokensFile opens the token file at path, which another tool writes
+// (`sandpit cluster token` into a Kubernetes Secret mounted there): the
+// server only reads it, re-reading it when it changes, as OpenTokens's. A
+// missing file holds no tokens.
+func OpenTokensFile(path string) (*Tokens, error) {
+	t := &Tokens{dir: filepath.Dir(path), file: path, now: time.Now}
+	s := t.load()
+	if s.err != nil {
+		return nil, s.err
+	}
+	t.snap.Store(s)
+	t.checked.Store(t.now().UnixNano())
+	return t, nil
+}
+
 // Path is the token file's path.
 func (t *Tokens) Path() string { return t.file }
 

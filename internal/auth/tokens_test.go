@@ -339,3 +339,73 @@ func TestTokensFull(t *testing.T) {
 		t.Fatalf("create past %d: err %v, want ErrFull", MaxTokens, err)
 	}
 }
+
+// TestTokensFileFromASecretVolume: OpenTokensFile reads a token file laid
+// out as the kubelet mounts a Secret (NAME -> ..data/NAME, ..data -> a
+// timestamped directory swapped atomically on update) and sees an update
+// once it looks again; it never writes there.
+func TestTokensFileFromASecretVolume(t *testing.T) {
+	issuer := t.TempDir()
+	store, err := OpenTokens(issuer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, err := store.Create("alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol := t.TempDir()
+	publish := func(version string) {
+		t.Helper()
+		b, err := os.ReadFile(store.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := filepath.Join(vol, version)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "tokens.json"), b, 0o440); err != nil {
+			t.Fatal(err)
+		}
+		tmp := filepath.Join(vol, "..data_tmp")
+		if err := os.Symlink(version, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(vol, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("..2026_12_02_1")
+	if err := os.Symlink("..data/tokens.json", filepath.Join(vol, "tokens.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(vol, 0o555); err != nil { // read-only, as the volume is
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chmod(vol, 0o755) })
+
+	server, err := OpenTokensFile(filepath.Join(vol, "tokens.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := time.Now()
+	server.now = func() time.Time { return clock }
+	if p, err := server.Authenticate(t.Context(), request("Bearer "+alice, "")); err != nil || p.Tenant != "alice" {
+		t.Fatalf("alice from the volume: %+v, %v", p, err)
+	}
+	bob, err := store.Create("bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(vol, 0o755)
+	publish("..2026_12_02_2")
+	os.Chmod(vol, 0o555)
+	clock = clock.Add(checkEvery)
+	if p, err := server.Authenticate(t.Context(), request("Bearer "+bob, "")); err != nil || p.Tenant != "bob" {
+		t.Fatalf("bob after the volume's update: %+v, %v", p, err)
+	}
+	if _, err := OpenTokensFile(filepath.Join(t.TempDir(), "none.json")); err != nil {
+		t.Errorf("a missing file: %v, want an empty store", err)
+	}
+}
