@@ -339,7 +339,9 @@ for pid in ["self", "1"]:
 `, []string{"blocked no leaked fds in self", "blocked no leaked fds in 1"}},
 	{"cwd_inside_rootfs", "python", `cwd = os.getcwd()
 link = os.readlink("/proc/self/cwd")
-if cwd.startswith("(unreachable)") or link != cwd or not os.path.samefile(cwd, "/tmp"):
+# The run's working directory: /tmp, or the workspace when the server
+# gives it one (an MCP run_code); never a directory outside the sandbox.
+if cwd.startswith("(unreachable)") or link != cwd or not any(os.path.isdir(d) and os.path.samefile(cwd, d) for d in ("/tmp", "/workspace")):
     print("UNSAFE cwd", cwd, link)
 else:
     print("blocked cwd is", cwd)
@@ -348,7 +350,7 @@ try:
         print("blocked pid 1's root is the sandbox rootfs")
 except PermissionError:
     print("blocked pid 1's root is not reachable")  # undumpable (see leaked_fds)
-`, []string{"blocked cwd is /tmp", "blocked pid 1's root"}},
+`, []string{"blocked cwd is /", "blocked pid 1's root"}},
 	{"cgroup_release_agent", "bash", `found=$(find / -xdev -name release_agent 2>/dev/null; find /sys -name release_agent 2>/dev/null)
 [ -z "$found" ] && echo "blocked no release_agent" || echo "UNSAFE release_agent at $found"
 grep -q ' - cgroup' /proc/self/mountinfo && echo "UNSAFE cgroupfs mounted" || echo "blocked no cgroupfs"
