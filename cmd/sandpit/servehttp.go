@@ -263,7 +263,9 @@ func httpAuth(ctx context.Context, c *cli.Context, resource string) (auth.Authen
 		return nil, nil, err
 	}
 	issuer := c.String("oauth-issuer")
-	if list, err := tokens.List(); err == nil && len(list) == 0 && issuer == "" {
+	if list, err := tokens.List(); err == nil && len(list) == 0 && issuer == "" && c.String("cluster-node") != "" {
+		slog.Info("no tokens of its own: this node serves the calls front doors forward with the cluster secret", "file", tokens.Path())
+	} else if err == nil && len(list) == 0 && issuer == "" {
 		slog.Warn("no tokens yet: every request will be refused until one exists; create one with "+create, "file", tokens.Path())
 	}
 	if issuer == "" {
