@@ -564,7 +564,7 @@ func (cb *clusterBench) failover(ctx context.Context) (*ClusterFailover, error) 
 	<-n.srv.exited
 	delete(cb.nodes, name)
 	if nodes, err := cluster.Nodes(ctx, cb.kube, clusterNamespace); err == nil {
-		if k, ok := findNode(nodes, name); ok {
+		if k, ok := cluster.FindNode(nodes, name); ok {
 			out.LapsedMS = ms(k.Expires.Sub(killed))
 		}
 	}
@@ -594,15 +594,6 @@ func (cb *clusterBench) failover(ctx context.Context) (*ClusterFailover, error) 
 		out.MovedTo, _ = cb.nodeOf(ctx, tenant)
 	}
 	return out, nil
-}
-
-func findNode(nodes []cluster.Node, name string) (cluster.Node, bool) {
-	for _, n := range nodes {
-		if n.Name == name {
-			return n, true
-		}
-	}
-	return cluster.Node{}, false
 }
 
 // gc runs `sandpit gc` on a killed server's state dir: its instance is

@@ -92,7 +92,7 @@ func waitEstablished(ctx context.Context, res dynamic.ResourceInterface, name st
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("CustomResourceDefinition %s: %w", name, err)
 		}
-		if err == nil && established(got) {
+		if err == nil && Established(got) {
 			return nil
 		}
 		select {
@@ -103,7 +103,8 @@ func waitEstablished(ctx context.Context, res dynamic.ResourceInterface, name st
 	}
 }
 
-func established(crd *unstructured.Unstructured) bool {
+// Established reports whether a CustomResourceDefinition is served.
+func Established(crd *unstructured.Unstructured) bool {
 	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
 	for _, c := range conds {
 		m, _ := c.(map[string]any)

@@ -76,7 +76,7 @@ func cachedNode(t *testing.T, cfg *rest.Config, node string) (cluster.Node, bool
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cluster.Find(nodes, node)
+	return cluster.FindNode(nodes, node)
 }
 
 // placedInCache reports whether tenant's placement is in the watch cache,
@@ -315,7 +315,7 @@ func TestPlacementOnARealAPIServer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			n, _ := cluster.Find(nodes, "node-d")
+			n, _ := cluster.FindNode(nodes, "node-d")
 			return n.Draining
 		}
 		setCordon(true)

@@ -4,5 +4,4 @@ package cluster
 // internal/kubetest, which imports this package.
 var (
 	ObjectName = objectName
-	Find       = find
 )

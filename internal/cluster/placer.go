@@ -68,7 +68,7 @@ func (p *Placer) Place(ctx context.Context, tenant string) (Placement, error) {
 		}
 		if found {
 			at, _, _ := unstructured.NestedString(cur.Object, "spec", "node")
-			if n, ok := find(nodes, at); ok && n.Live(now) && !n.Draining {
+			if n, ok := FindNode(nodes, at); ok && n.Live(now) && !n.Draining {
 				return Placement{Tenant: tenant, Node: n.Name, Endpoint: n.Endpoint}, nil
 			}
 		}
@@ -159,7 +159,7 @@ func (p *Placer) choose(ctx context.Context, nodes []Node, now time.Time) (Node,
 
 // movedWhy says why a workspace leaves node from.
 func movedWhy(nodes []Node, from string, now time.Time) string {
-	n, ok := find(nodes, from)
+	n, ok := FindNode(nodes, from)
 	switch {
 	case from == "":
 		return "it had no node"
@@ -172,7 +172,8 @@ func movedWhy(nodes []Node, from string, now time.Time) string {
 	}
 }
 
-func find(nodes []Node, name string) (Node, bool) {
+// FindNode returns the node named name in nodes.
+func FindNode(nodes []Node, name string) (Node, bool) {
 	for _, n := range nodes {
 		if n.Name == name {
 			return n, true

@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sandpit-dev/sandpit/internal/cluster"
 )
 
 // TestControlPlane starts a real control plane and checks what sandpit's
@@ -205,7 +207,7 @@ func testCRD(t *testing.T, c *Cluster) {
 		if err != nil {
 			t.Fatalf("get the CRD: %v", err)
 		}
-		if established(got) {
+		if cluster.Established(got) {
 			break
 		}
 		if time.Since(start) > time.Minute {
@@ -235,18 +237,6 @@ func testCRD(t *testing.T, c *Cluster) {
 	if !apierrors.IsInvalid(err) {
 		t.Fatalf("a Workspace without spec.node: got %v, want Invalid", err)
 	}
-}
-
-// established reports whether a CRD's Established condition is True.
-func established(crd *unstructured.Unstructured) bool {
-	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
-	for _, c := range conds {
-		m, _ := c.(map[string]any)
-		if m["type"] == "Established" && m["status"] == "True" {
-			return true
-		}
-	}
-	return false
 }
 
 func testRefused(t *testing.T, c *Cluster) {
