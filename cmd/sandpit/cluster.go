@@ -28,10 +28,13 @@ import (
 func clusterFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.BoolFlag{Name: "cluster", Usage: "be a cluster's front door: authenticate clients, place each tenant's workspace on a node (--cluster-namespace's SandpitWorkspaces) and forward its calls there; runs no sandbox itself"},
-		&cli.StringFlag{Name: "cluster-node", EnvVars: []string{"SANDPIT_NODE_NAME"}, Usage: "be the cluster node NAME: announce this server with a Lease (renewed; released at exit) and accept calls front doors forward with --cluster-secret-file"},
+		&cli.StringFlag{Name: "cluster-node", EnvVars: []string{"SANDPIT_NODE_NAME"}, Usage: "be the cluster node NAME: announce this server with a Lease (renewed; released at exit) and accept the calls front doors forward (their service-account token, checked with TokenReview, or --cluster-secret-file)"},
 		&cli.StringFlag{Name: "cluster-endpoint", Usage: "--cluster-node: the URL front doors reach this node at (default: --public-url)"},
 		&cli.StringFlag{Name: "cluster-namespace", Value: "sandpit", EnvVars: []string{"POD_NAMESPACE"}, Usage: "the Kubernetes namespace of the Leases and SandpitWorkspaces"},
-		&cli.StringFlag{Name: "cluster-secret-file", Usage: "a file holding the secret front doors and nodes share (at least 32 characters: `openssl rand -hex 32`); required with --cluster and --cluster-node"},
+		&cli.StringFlag{Name: "cluster-token-file", Usage: "--cluster: the front door's service-account token for audience --cluster-token-audience (a projected volume; re-read as the kubelet rotates it), which nodes check with TokenReview"},
+		&cli.StringFlag{Name: "cluster-token-audience", Value: cluster.DefaultAudience, Usage: "the audience of the front doors' service-account tokens"},
+		&cli.StringFlag{Name: "cluster-front-account", Value: cluster.DefaultFrontAccount, Usage: "--cluster-node: the service account (in --cluster-namespace) whose tokens it accepts from front doors"},
+		&cli.StringFlag{Name: "cluster-secret-file", Usage: "a file holding a secret front doors and nodes share instead (at least 32 characters: `openssl rand -hex 32`), for servers outside Pods"},
 		&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: "the Kubernetes API's kubeconfig (default: the Pod's service account, in a cluster)"},
 		&cli.DurationFlag{Name: "cluster-lease", Value: cluster.DefaultLeaseDuration, Usage: "--cluster-node: a node is gone this long after its last renewal"},
 		&cli.StringFlag{Name: "cluster-kube-node", EnvVars: []string{"KUBE_NODE_NAME"}, Usage: "--cluster-node: the Kubernetes Node this runs on; while it is cordoned (kubectl cordon or drain) this node drains: its tenants move to other nodes"},
@@ -44,7 +47,7 @@ func checkClusterFlags(c *cli.Context) error {
 	front, node := c.Bool("cluster"), c.String("cluster-node") != ""
 	switch {
 	case !front && !node:
-		for _, f := range []string{"cluster-endpoint", "cluster-secret-file", "cluster-lease", "cluster-kube-node", "cluster-drain-grace"} {
+		for _, f := range []string{"cluster-endpoint", "cluster-secret-file", "cluster-token-file", "cluster-token-audience", "cluster-front-account", "cluster-lease", "cluster-kube-node", "cluster-drain-grace"} {
 			if c.IsSet(f) {
 				return fmt.Errorf("--%s needs --cluster or --cluster-node", f)
 			}
@@ -54,9 +57,13 @@ func checkClusterFlags(c *cli.Context) error {
 		return errors.New("--cluster (a front door) and --cluster-node (a node) are different servers: give one")
 	case c.String("listen") == "":
 		return errors.New("--cluster and --cluster-node serve over HTTP: give --listen HOST:PORT")
-	case c.String("cluster-secret-file") == "":
-		return sandpit.WithHint(errors.New("--cluster and --cluster-node need --cluster-secret-file"),
-			"a file both read, e.g. a Kubernetes Secret mounted in the front door's and the nodes' Pods (scripts/kubernetes/)")
+	case front && c.String("cluster-secret-file") == "" && c.String("cluster-token-file") == "":
+		return sandpit.WithHint(errors.New("--cluster needs --cluster-token-file (or --cluster-secret-file): what the front door shows the nodes"),
+			"in a Pod, a projected service-account token (scripts/kubernetes/front.yaml)")
+	case front && c.IsSet("cluster-front-account"):
+		return errors.New("--cluster-front-account is a node's (the account it accepts front doors as)")
+	case node && c.IsSet("cluster-token-file"):
+		return errors.New("--cluster-token-file is a front door's (what it shows the nodes)")
 	}
 	return nil
 }
@@ -84,8 +91,15 @@ func kubeClients(c *cli.Context) (kubernetes.Interface, dynamic.Interface, error
 // checks as a single server (Host, Origin, tokens or OAuth, bounds), then
 // each call goes to its tenant's node. It needs no containerd.
 func serveFrontDoor(c *cli.Context) error {
-	secret, err := auth.ReadClusterSecret(c.String("cluster-secret-file"))
-	if err != nil {
+	var secret string
+	var token *cluster.TokenFile
+	var err error
+	if f := c.String("cluster-token-file"); f != "" {
+		token = &cluster.TokenFile{Path: f}
+		if _, err := token.Token(); err != nil {
+			return err
+		}
+	} else if secret, err = auth.ReadClusterSecret(c.String("cluster-secret-file")); err != nil {
 		return err
 	}
 	kube, dyn, err := kubeClients(c)
@@ -101,7 +115,7 @@ func serveFrontDoor(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
-	fw := &cluster.Forwarder{Placer: &cluster.Placer{Kube: kube, Dynamic: dyn, Namespace: c.String("cluster-namespace")}, Secret: secret, Logger: slog.Default()}
+	fw := &cluster.Forwarder{Placer: &cluster.Placer{Kube: kube, Dynamic: dyn, Namespace: c.String("cluster-namespace")}, Secret: secret, Token: token, Logger: slog.Default()}
 	fc := frontConfig(c, ln)
 	fc.Forward = fw
 	late := &lateAuth{}

@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"os"
@@ -18,6 +16,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
@@ -65,15 +64,28 @@ func TestClusterEndToEnd(t *testing.T) {
 	c.Apply(t, kubetest.RepoFile(t, "scripts/kubernetes/rbac.yaml"), "sandpit")
 	nodeKC, frontKC := serviceAccountKubeconfig(t, c, "sandpit-node"), serviceAccountKubeconfig(t, c, "sandpit-front")
 
-	secret := filepath.Join(t.TempDir(), "cluster-secret")
-	b := make([]byte, 32)
-	rand.Read(b)
-	if err := os.WriteFile(secret, []byte(hex.EncodeToString(b)+"\n"), 0o600); err != nil {
+	// What a front door shows the nodes: its service account's token for
+	// audience "sandpit", as its Pod's projected volume holds it (here from
+	// the TokenRequest API); nodes check it with TokenReview.
+	kube, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saToken := func(account string, audiences ...string) string {
+		tr, err := kube.CoreV1().ServiceAccounts("sandpit").CreateToken(t.Context(), account,
+			&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{Audiences: audiences}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("token for %s: %v", account, err)
+		}
+		return tr.Status.Token
+	}
+	secret := filepath.Join(t.TempDir(), "front-token")
+	if err := os.WriteFile(secret, []byte(saToken("sandpit-front", "sandpit")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	shared := filepath.Join(t.TempDir(), "shared-data")
 	nodeFlags := func(name string) []string {
-		return []string{"--cluster-node", name, "--cluster-secret-file", secret, "--kubeconfig", nodeKC,
+		return []string{"--cluster-node", name, "--kubeconfig", nodeKC,
 			"--cluster-lease", "3s", "--no-dashboard", "--pool", "1"}
 	}
 	stateA := filepath.Join(t.TempDir(), "state-a")
@@ -86,7 +98,7 @@ func TestClusterEndToEnd(t *testing.T) {
 	nodeA := startHTTPWith(t, httpOpts{data: shared, state: stateA}, nodeFlags("node-a")...)
 	frontData := filepath.Join(t.TempDir(), "front")
 	tok := token(t, frontData, "alice")
-	front := startHTTPWith(t, httpOpts{data: frontData}, "--cluster", "--cluster-secret-file", secret, "--kubeconfig", frontKC)
+	front := startHTTPWith(t, httpOpts{data: frontData}, "--cluster", "--cluster-token-file", secret, "--kubeconfig", frontKC)
 
 	alice := httpClient(t, front.url, tok)
 	r := runResult(t, call(t, alice, "run_code", map[string]any{"language": "python", "code": "open('note.txt','w').write('placed'); print(6*7)"}))
@@ -110,12 +122,15 @@ func TestClusterEndToEnd(t *testing.T) {
 		t.Fatalf("alice placed on %q, want node-a (the only node)", n)
 	}
 
-	t.Run("nodes refuse callers without the cluster secret", func(t *testing.T) {
+	t.Run("nodes refuse callers without a front door's token", func(t *testing.T) {
 		body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
 		for name, h := range map[string]map[string]string{
 			"no credentials":               {"X-Sandpit-Tenant": "alice"},
 			"the tenant's own front token": {"Authorization": "Bearer " + tok, "X-Sandpit-Tenant": "alice"},
 			"a forged secret":              {"Authorization": "Bearer " + strings.Repeat("ab", 32), "X-Sandpit-Tenant": "alice"},
+			"a made-up token":              {"Authorization": "Bearer eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln", "X-Sandpit-Tenant": "alice"},
+			"the node's own account's":     {"Authorization": "Bearer " + saToken("sandpit-node", "sandpit"), "X-Sandpit-Tenant": "alice"},
+			"the front's, for the API":     {"Authorization": "Bearer " + saToken("sandpit-front"), "X-Sandpit-Tenant": "alice"},
 		} {
 			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, nodeA.url, bytes.NewBufferString(body))
 			req.Header.Set("Content-Type", "application/json")
@@ -159,7 +174,7 @@ func TestClusterEndToEnd(t *testing.T) {
 			{"only loopback", "bash", "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '", "lo\n"},
 			{"the API server is out of reach", "python", connect(apiHost, apiPort), "blocked"},
 			{"its node's own port is out of reach", "python", connect(nodeHost, nodePort), "blocked"},
-			{"no cluster secret", "bash", "cat " + secret + " 2>&1; echo rc=$?", "No such file"},
+			{"no front door token", "bash", "cat " + secret + " 2>&1; echo rc=$?", "No such file"},
 			{"no kubeconfig", "bash", "cat " + nodeKC + " 2>&1; ls /var/run/secrets 2>&1; echo rc=$?", "No such file"},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
@@ -323,7 +338,7 @@ func TestClusterApply(t *testing.T) {
 	}
 	for _, want := range []string{"Namespace sandpit", "CustomResourceDefinition sandpitworkspaces.sandpit.dev", "Role sandpit-node",
 		"ClusterRole sandpit-node-reader", "DaemonSet sandpit-node", "Deployment sandpit-front", "Service sandpit",
-		"NetworkPolicy sandpit-node", "NetworkPolicy sandpit-front", "created Secret sandpit-cluster"} {
+		"NetworkPolicy sandpit-node", "NetworkPolicy sandpit-front"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("apply's output lacks %q:\n%s", want, out)
 		}
@@ -331,10 +346,6 @@ func TestClusterApply(t *testing.T) {
 	kube, err := kubernetes.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
-	}
-	sec, err := kube.CoreV1().Secrets("sandpit").Get(t.Context(), "sandpit-cluster", metav1.GetOptions{})
-	if err != nil || len(sec.Data["secret"]) < 32 {
-		t.Fatalf("cluster secret: %v, %v", sec, err)
 	}
 	ds, err := kube.AppsV1().DaemonSets("sandpit").Get(t.Context(), "sandpit-node", metav1.GetOptions{})
 	if err != nil || !*ds.Spec.Template.Spec.Containers[0].SecurityContext.Privileged || ds.Spec.Template.Spec.HostNetwork {
@@ -345,13 +356,8 @@ func TestClusterApply(t *testing.T) {
 		t.Errorf("front Deployment: %v; want 2 replicas, non-root", err)
 	}
 
-	out, err = apply(dir)
-	if err != nil || strings.Contains(out, "created Secret") {
-		t.Errorf("applying again: %v (the secret must be kept)\n%s", err, out)
-	}
-	sec2, _ := kube.CoreV1().Secrets("sandpit").Get(t.Context(), "sandpit-cluster", metav1.GetOptions{})
-	if string(sec2.Data["secret"]) != string(sec.Data["secret"]) {
-		t.Error("applying again replaced the cluster secret")
+	if out, err := apply(dir); err != nil {
+		t.Errorf("applying again: %v\n%s", err, out)
 	}
 
 	bad := filepath.Join(t.TempDir(), "bad.yaml")

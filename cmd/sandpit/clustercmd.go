@@ -31,7 +31,7 @@ func clusterCommand() *cli.Command {
 		Usage: "sandpit on Kubernetes: apply the manifests, see the nodes and where each tenant's workspace lives",
 		Subcommands: []*cli.Command{{
 			Name:      "apply",
-			Usage:     "apply the manifests (server-side apply: again is harmless) and create the cluster secret if there is none",
+			Usage:     "apply the manifests (server-side apply: again is harmless)",
 			ArgsUsage: "[DIR or FILE.yaml ...] (default scripts/kubernetes)",
 			Flags:     []cli.Flag{kc, ns},
 			Action: func(c *cli.Context) error {
@@ -40,10 +40,6 @@ func clusterCommand() *cli.Command {
 					return err
 				}
 				cfg, err := restConfig(c.String("kubeconfig"))
-				if err != nil {
-					return err
-				}
-				kube, _, err := kubeClients(c)
 				if err != nil {
 					return err
 				}
@@ -59,13 +55,6 @@ func clusterCommand() *cli.Command {
 					for _, o := range made {
 						fmt.Printf("applied %s %s\n", o.GetKind(), o.GetName())
 					}
-				}
-				made, err := cluster.EnsureSecret(c.Context, kube, c.String("namespace"))
-				if err != nil {
-					return err
-				}
-				if made {
-					fmt.Printf("created Secret %s (the cluster secret front doors and nodes share)\n", cluster.SecretName)
 				}
 				return nil
 			},

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/auth"
+	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/dash"
 	"github.com/sandpit-dev/sandpit/internal/front"
 	"github.com/sandpit-dev/sandpit/internal/instance"
@@ -163,12 +164,23 @@ func serveHTTP(c *cli.Context, rt *runtime.Runtime, in *instance.Instance, base 
 	if c.String("cluster-node") != "" {
 		// A node: calls front doors forward act for the tenant the front
 		// door proved, beside this server's own tokens.
-		secret, err := auth.ReadClusterSecret(c.String("cluster-secret-file"))
+		var secret string
+		if f := c.String("cluster-secret-file"); f != "" {
+			if secret, err = auth.ReadClusterSecret(f); err != nil {
+				ln.Close()
+				return err
+			}
+		}
+		kube, _, err := kubeClients(c)
 		if err != nil {
 			ln.Close()
 			return err
 		}
-		late.a = auth.Chain(auth.NewFrontDoor(secret), late.a)
+		// Front doors show their service-account token, checked with
+		// the API server (TokenReview), or the shared secret.
+		rev := &cluster.Reviewer{Kube: kube, Namespace: c.String("cluster-namespace"), Account: c.String("cluster-front-account"),
+			Audience: c.String("cluster-token-audience"), Keep: time.Minute, KeepRefused: 10 * time.Second}
+		late.a = auth.Chain(auth.NewFrontDoor(secret, rev), late.a)
 		node, err := nodeAgent(ctx, c, f.PublicURL(), cancel)
 		if err != nil {
 			ln.Close()

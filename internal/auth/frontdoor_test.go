@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -10,9 +11,27 @@ import (
 	"testing"
 )
 
+// fakeReviewer stands in for the API server's TokenReview (a unit test of
+// the front door's handling; TestReviewerOnARealAPIServer reviews for
+// real): it accepts good, refuses others, fails on down, and records what
+// it was asked.
+type fakeReviewer struct{ asked []string }
+
+func (f *fakeReviewer) IsFrontDoor(_ context.Context, tok string) (bool, error) {
+	f.asked = append(f.asked, tok)
+	switch tok {
+	case "h.good.s":
+		return true, nil
+	case "h.down.s":
+		return false, errors.New("connection refused")
+	}
+	return false, nil
+}
+
 func TestFrontDoor(t *testing.T) {
 	secret := strings.Repeat("s3cr3t", 8)
-	d := NewFrontDoor(secret)
+	rev := &fakeReviewer{}
+	d := NewFrontDoor(secret, rev)
 	tests := []struct {
 		name    string
 		headers map[string][]string
@@ -29,6 +48,12 @@ func TestFrontDoor(t *testing.T) {
 		{"two tenants", map[string][]string{"Authorization": {"Bearer " + secret}, HeaderTenant: {"alice", "bob"}}, Principal{}, ErrInvalidToken},
 		{"invalid tenant name", map[string][]string{"Authorization": {"Bearer " + secret}, HeaderTenant: {"../etc"}}, Principal{}, ErrInvalidToken},
 		{"unknown scope", map[string][]string{"Authorization": {"Bearer " + secret}, HeaderTenant: {"alice"}, HeaderScopes: {"sandpit:root"}}, Principal{}, ErrInvalidToken},
+		{"a reviewed front door token", map[string][]string{"Authorization": {"Bearer h.good.s"}, HeaderTenant: {"alice"}, HeaderScopes: {"sandpit:run"}},
+			Principal{Tenant: "alice", Scopes: []string{"sandpit:run"}, Via: "front-door"}, nil},
+		{"a token the review refuses is not ours", map[string][]string{"Authorization": {"Bearer h.other.s"}, HeaderTenant: {"alice"}}, Principal{}, errNotOurs},
+		{"no review: unavailable, never let through", map[string][]string{"Authorization": {"Bearer h.down.s"}, HeaderTenant: {"alice"}}, Principal{}, ErrUnavailable},
+		{"a reviewed token still needs a tenant", map[string][]string{"Authorization": {"Bearer h.good.s"}}, Principal{}, ErrInvalidToken},
+		{"a sandpit token is never sent for review", map[string][]string{"Authorization": {"Bearer " + TokenPrefix + "a.b.c"}, HeaderTenant: {"alice"}}, Principal{}, errNotOurs},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -49,6 +74,18 @@ func TestFrontDoor(t *testing.T) {
 				t.Fatalf("got %+v, %v; want %+v", got, err, tt.want)
 			}
 		})
+	}
+	for _, tok := range rev.asked {
+		if strings.HasPrefix(tok, TokenPrefix) || tok == secret || strings.HasPrefix(tok, secret) {
+			t.Errorf("%q was sent for review", tok)
+		}
+	}
+	// No secret given: nothing matches an empty one.
+	r := httptest.NewRequest(http.MethodPost, "/mcp", nil)
+	r.Header.Set("Authorization", "Bearer x")
+	r.Header.Set(HeaderTenant, "alice")
+	if _, err := NewFrontDoor("", nil).Authenticate(t.Context(), r); !errors.Is(err, errNotOurs) {
+		t.Errorf("a front door without secret or reviewer: %v, want not ours", err)
 	}
 }
 

@@ -3,14 +3,11 @@ package cluster
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,7 +16,6 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 )
@@ -113,31 +109,4 @@ func Established(crd *unstructured.Unstructured) bool {
 		}
 	}
 	return false
-}
-
-// SecretName is the Secret holding the cluster's shared secret, mounted
-// in front doors and node agents (scripts/kubernetes/).
-const SecretName = "sandpit-cluster"
-
-// EnsureSecret creates the cluster secret in namespace with 32 random
-// bytes, unless it exists (it is never replaced: rotating it means
-// restarting every front door and node). It reports whether it made one.
-func EnsureSecret(ctx context.Context, kube kubernetes.Interface, namespace string) (bool, error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return false, err
-	}
-	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: SecretName, Labels: map[string]string{"app.kubernetes.io/name": "sandpit"}},
-		Type:       corev1.SecretTypeOpaque,
-		StringData: map[string]string{"secret": hex.EncodeToString(b)},
-	}
-	_, err := kube.CoreV1().Secrets(namespace).Create(ctx, s, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("create secret %s: %w", SecretName, err)
-	}
-	return true, nil
 }

@@ -25,8 +25,11 @@ import (
 // lapsed. A node that does not answer is asked about again at once.
 type Forwarder struct {
 	Placer *Placer
-	// Secret is the bearer token nodes accept from front doors.
+	// Secret is the bearer token nodes accept from front doors, unless
+	// Token is set: the front door's service-account token, which nodes
+	// check with TokenReview.
 	Secret string
+	Token  *TokenFile
 	// Transport reaches the nodes (TLS settings); http.DefaultTransport's
 	// clone when nil.
 	Transport http.RoundTripper
@@ -40,9 +43,10 @@ type Forwarder struct {
 }
 
 type cached struct {
-	p    Placement
-	url  *url.URL
-	till time.Time
+	p          Placement
+	url        *url.URL
+	till       time.Time
+	credential string // what the node is shown (ServeHTTP sets it)
 }
 
 // DefaultCacheFor is how long a placement is reused without asking.
@@ -74,7 +78,7 @@ func (f *Forwarder) init() {
 			// The front door checked the browser's Origin against its own
 			// names; the node knows only its own and would refuse it.
 			pr.Out.Header.Del("Origin")
-			auth.SetForwarded(pr.Out.Header, p, f.Secret)
+			auth.SetForwarded(pr.Out.Header, p, c.credential)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			c := r.Context().Value(placementKey{}).(cached)
@@ -107,6 +111,14 @@ func (f *Forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.Logger.Warn("cluster: placement failed", "tenant", p.Tenant, "err", err)
 		http.Error(w, sandpit.Describe(err), status)
 		return
+	}
+	c.credential = f.Secret
+	if f.Token != nil {
+		if c.credential, err = f.Token.Token(); err != nil {
+			f.Logger.Error("cluster: no credential for the nodes", "err", err)
+			http.Error(w, "this front door cannot read its own token; see its log", http.StatusInternalServerError)
+			return
+		}
 	}
 	f.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), placementKey{}, c)))
 }
