@@ -228,7 +228,7 @@ func TestManifestsOnKubernetes(t *testing.T) {
 	listeners := []netip.AddrPort{apiserver, netip.MustParseAddrPort("198.51.100.1:443"),
 		netip.AddrPortFrom(netip.MustParseAddr(agentPod), 8443), netip.AddrPortFrom(netip.MustParseAddr(clusterIP), 80)}
 	clusterCases := []attacks.Case{
-		{Threat: "Cluster", Name: "no_service_account_token", Lang: "bash", Code: `for p in /var/run/secrets/kubernetes.io /run/secrets/kubernetes.io /etc/sandpit/cluster/secret /etc/sandpit/tokens; do [ -e "$p" ] && echo "UNSAFE $p" || echo "blocked $p"; done; env | grep -q '^KUBERNETES_' && echo "UNSAFE kubernetes env" || echo "blocked env"`, Want: []string{"blocked /var/run/secrets/kubernetes.io", "blocked /etc/sandpit/cluster/secret", "blocked env"}},
+		{Threat: "Cluster", Name: "no_service_account_token", Lang: "bash", Code: `for p in /var/run/secrets/kubernetes.io /run/secrets/kubernetes.io /var/run/secrets/sandpit /etc/sandpit/cluster/secret /etc/sandpit/tokens; do [ -e "$p" ] && echo "UNSAFE $p" || echo "blocked $p"; done; env | grep -q '^KUBERNETES_' && echo "UNSAFE kubernetes env" || echo "blocked env"`, Want: []string{"blocked /var/run/secrets/kubernetes.io", "blocked /etc/sandpit/cluster/secret", "blocked env"}},
 		{Threat: "Cluster", Name: "no_containerd_socket", Lang: "bash", Code: `for p in /run/sandpit/containerd/containerd.sock /run/containerd/containerd.sock /var/lib/sandpit/data; do [ -e "$p" ] && echo "UNSAFE $p" || echo "blocked $p"; done`, Want: []string{"blocked /run/sandpit/containerd/containerd.sock", "blocked /var/lib/sandpit/data"}},
 	}
 	cases := append(append(attacks.Portable(), attacks.HostListeners(listeners...)...), clusterCases...)
