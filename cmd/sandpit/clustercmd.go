@@ -60,22 +60,30 @@ func clusterCommand() *cli.Command {
 			},
 		}, {
 			Name:      "token",
-			Usage:     "issue a sandpit token for tenant NAME into the Secret every front door reads (--tokens-file); printed once, as the last line",
+			Usage:     "issue a sandpit token for tenant NAME into the Secret every front door reads (--tokens-file), printed once as the last line; or --revoke it",
 			ArgsUsage: "NAME",
-			Flags:     []cli.Flag{kc, ns},
+			Flags:     []cli.Flag{kc, ns, &cli.BoolFlag{Name: "revoke", Usage: "remove NAME's token instead"}},
 			Action: func(c *cli.Context) error {
 				if c.NArg() != 1 {
-					return fmt.Errorf("usage: sandpit cluster token [--kubeconfig FILE] [--namespace NS] NAME")
+					return fmt.Errorf("usage: sandpit cluster token [--kubeconfig FILE] [--namespace NS] [--revoke] NAME")
 				}
 				kube, _, err := kubeClients(c)
 				if err != nil {
 					return err
 				}
-				tok, err := cluster.IssueToken(c.Context, kube, c.String("namespace"), c.Args().First())
+				name, ns := c.Args().First(), c.String("namespace")
+				if c.Bool("revoke") {
+					if err := cluster.RevokeToken(c.Context, kube, ns, name); err != nil {
+						return err
+					}
+					fmt.Fprintf(c.App.ErrWriter, "revoked token %s in Secret %s/%s: front doors refuse it once the kubelet refreshes their Secret volume (up to about a minute)\n", name, ns, cluster.TokensSecretName)
+					return nil
+				}
+				tok, err := cluster.IssueToken(c.Context, kube, ns, name)
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(c.App.ErrWriter, "issued token %s into Secret %s/%s (its hash only): front doors accept it once the kubelet refreshes their Secret volume (up to about a minute); send it as \"Authorization: Bearer <token>\"\n", c.Args().First(), c.String("namespace"), cluster.TokensSecretName)
+				fmt.Fprintf(c.App.ErrWriter, "issued token %s into Secret %s/%s (its hash only): front doors accept it once the kubelet refreshes their Secret volume (up to about a minute); send it as \"Authorization: Bearer <token>\"\n", name, ns, cluster.TokensSecretName)
 				_, err = fmt.Fprintln(c.App.Writer, tok)
 				return err
 			},

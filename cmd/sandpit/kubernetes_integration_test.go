@@ -187,7 +187,7 @@ func TestManifestsOnKubernetes(t *testing.T) {
 		t.Errorf("alice's file on the node's host: %q, %v", b, err)
 	}
 
-	t.Run("a token issued later reaches every front door", func(t *testing.T) {
+	t.Run("a token issued or revoked later reaches every front door", func(t *testing.T) {
 		// The kubelet refreshes the front doors' Secret volume (the
 		// node's syncFrequency is 10 s); each client is a new MCP
 		// session, which kube-proxy may send to either front door:
@@ -208,6 +208,26 @@ func TestManifestsOnKubernetes(t *testing.T) {
 			return served == 3, ""
 		})
 		t.Logf("a token issued → served through the Service: %v", time.Since(issued).Round(time.Millisecond))
+
+		sandpitCmd("token revoked", "cluster", "token", "--revoke", "bob")
+		revoked := time.Now()
+		refused := 0
+		waitFor(t, kube, "bob's token refused by the front doors", 3*time.Minute, func() (bool, string) {
+			cctx, cancel := context.WithTimeout(ctx, testenv.Patience)
+			defer cancel()
+			cl, err := newServiceClient(cctx, hc, url, bob)
+			if err == nil {
+				cl.Close()
+				refused = 0
+				return false, "still served"
+			}
+			if !strings.Contains(err.Error(), "401") && !strings.Contains(strings.ToLower(err.Error()), "unauthorized") {
+				t.Fatalf("bob after the revocation: %v, want a refusal (401)", err)
+			}
+			refused++
+			return refused == 3, ""
+		})
+		t.Logf("a token revoked → refused through the Service: %v", time.Since(revoked).Round(time.Millisecond))
 	})
 
 	t.Run("refused without a token", func(t *testing.T) {
