@@ -115,7 +115,12 @@ func serveFrontDoor(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
-	fw := &cluster.Forwarder{Placer: &cluster.Placer{Kube: kube, Dynamic: dyn, Namespace: c.String("cluster-namespace")}, Secret: secret, Token: token, Logger: slog.Default()}
+	placer := &cluster.Placer{Kube: kube, Dynamic: dyn, Namespace: c.String("cluster-namespace")}
+	if err := placer.Start(ctx); err != nil { // informers live as long as the server
+		ln.Close()
+		return fmt.Errorf("cluster: %w", err)
+	}
+	fw := &cluster.Forwarder{Placer: placer, Secret: secret, Token: token, Logger: slog.Default()}
 	fc := frontConfig(c, ln)
 	fc.Forward = fw
 	late := &lateAuth{}

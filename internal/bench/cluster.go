@@ -207,6 +207,10 @@ func (b *suite) httpCluster(ctx context.Context, hc HTTPConfig) (*HTTPCluster, e
 	// go at the end, whatever happened (closers run in reverse, so after
 	// the servers stopped).
 	b.closers = append(b.closers, cb.removeObjects)
+	// As a front door runs it: from informers.
+	if err := cb.placer.Start(ctx); err != nil {
+		return cb.out, err
+	}
 	if err := cb.start(ctx); err != nil {
 		return cb.out, err
 	}

@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,24 +24,33 @@ func BenchmarkPlace(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	p := placer(b, c.Config)
-	if _, err := p.Place(b.Context(), "warm-up"); err != nil { // the CRD's first create waits 2 s
-		b.Fatal(err)
+	var requests atomic.Int32
+	for _, tc := range []struct {
+		name string
+		p    *cluster.Placer
+	}{
+		{"listing", placer(b, c.Config)},
+		{"informed", informedPlacer(b, c.Config, &requests)},
+	} {
+		p := tc.p
+		if _, err := p.Place(b.Context(), "warm-up"); err != nil { // the CRD's first create waits 2 s
+			b.Fatal(err)
+		}
+		b.Run(tc.name+"/new tenant", func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				if _, err := p.Place(b.Context(), fmt.Sprintf("%s-%d-%d", tc.name, b.N, i)); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+		b.Run(tc.name+"/placed tenant", func(b *testing.B) {
+			for b.Loop() {
+				if _, err := p.Place(b.Context(), "warm-up"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
-	b.Run("new tenant", func(b *testing.B) {
-		i := 0
-		for b.Loop() {
-			if _, err := p.Place(b.Context(), fmt.Sprintf("t-%d-%d", b.N, i)); err != nil {
-				b.Fatal(err)
-			}
-			i++
-		}
-	})
-	b.Run("placed tenant", func(b *testing.B) {
-		for b.Loop() {
-			if _, err := p.Place(b.Context(), "warm-up"); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
 }

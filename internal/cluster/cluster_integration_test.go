@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,6 +55,32 @@ func agent(t *testing.T, cfg *rest.Config, node string, d time.Duration) *cluste
 func placer(t testing.TB, cfg *rest.Config) *cluster.Placer {
 	kube, dyn := clients(t, cfg)
 	return &cluster.Placer{Kube: kube, Dynamic: dyn, Namespace: ns}
+}
+
+// informedPlacer is a started Placer (informers, as a front door runs
+// one), on a connection whose requests are counted in requests.
+func informedPlacer(t testing.TB, cfg *rest.Config, requests *atomic.Int32) *cluster.Placer {
+	cfg = rest.CopyConfig(cfg)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return countAll{rt, requests} }
+	kube, dyn := clients(t, cfg)
+	p := &cluster.Placer{Kube: kube, Dynamic: dyn, Namespace: ns}
+	if err := p.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// countAll counts the requests but watches sent through it.
+type countAll struct {
+	rt http.RoundTripper
+	n  *atomic.Int32
+}
+
+func (c countAll) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Query().Get("watch") != "true" {
+		c.n.Add(1)
+	}
+	return c.rt.RoundTrip(r)
 }
 
 // eventually waits for cond, which reads the API server's watch cache
@@ -168,42 +196,27 @@ func TestPlacementOnARealAPIServer(t *testing.T) {
 		}
 	})
 
+	var informedRequests atomic.Int32
+	pi := informedPlacer(t, c.Config, &informedRequests)
 	t.Run("two front doors racing place each tenant once", func(t *testing.T) {
-		p1, p2 := placer(t, c.Config), placer(t, c.Config)
-		const tenants = 16
-		var wg sync.WaitGroup
-		got := make([][2]cluster.Placement, tenants)
-		errs := make(chan error, 2*tenants)
-		for i := range tenants {
-			for j, pp := range []*cluster.Placer{p1, p2} {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					pl, err := pp.Place(ctx, fmt.Sprintf("race-%d", i))
-					if err != nil {
-						errs <- err
-					}
-					got[i][j] = pl
-				}()
+		raceTest(t, c, "race", placer(t, c.Config), placer(t, c.Config))
+	})
+	t.Run("two informed front doors racing place each tenant once", func(t *testing.T) {
+		var n atomic.Int32
+		raceTest(t, c, "irace", pi, informedPlacer(t, c.Config, &n))
+	})
+	t.Run("an informed front door finds a placed tenant without a request", func(t *testing.T) {
+		if _, err := pi.Place(ctx, "irace-0"); err != nil {
+			t.Fatal(err)
+		}
+		before := informedRequests.Load()
+		for range 10 {
+			if _, err := pi.Place(ctx, "irace-0"); err != nil {
+				t.Fatal(err)
 			}
 		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Error(err)
-		}
-		_, dyn := clients(t, c.Config)
-		for i := range tenants {
-			if got[i][0].Node != got[i][1].Node {
-				t.Errorf("race-%d placed on %s by one front door and %s by the other", i, got[i][0].Node, got[i][1].Node)
-			}
-			obj, err := dyn.Resource(cluster.WorkspaceGVR).Namespace(ns).Get(ctx, cluster.ObjectName(fmt.Sprintf("race-%d", i)), metav1.GetOptions{})
-			if err != nil {
-				t.Fatalf("race-%d: no placement record: %v", i, err)
-			}
-			if node := obj.Object["spec"].(map[string]any)["node"]; node != got[i][0].Node {
-				t.Errorf("race-%d: record says %v, the front doors %s", i, node, got[i][0].Node)
-			}
+		if n := informedRequests.Load() - before; n != 0 {
+			t.Errorf("10 placements of a placed tenant made %d requests, want 0 (the informers have it)", n)
 		}
 	})
 
@@ -234,6 +247,11 @@ func TestPlacementOnARealAPIServer(t *testing.T) {
 		t.Logf("failover: renewals stopped → placement moved after %v (lease 3 s, renewals every 1 s)", time.Since(died).Round(time.Millisecond))
 		if !after.Moved || after.From != "node-a" || after.Node != "node-b" || !strings.Contains(after.Reason, "lapsed") {
 			t.Errorf("after node-a died: %+v, want moved from node-a to node-b because its lease lapsed", after)
+		}
+		// An informed front door whose cache still shows node-a (or
+		// the record there) writes at a stale version, and reads again.
+		if got, err := pi.Place(ctx, "spread-0"); err != nil || got.Node != "node-b" || got.Moved {
+			t.Errorf("an informed front door placing spread-0 after the move: %+v, %v; want node-b, not moved again", got, err)
 		}
 		// The move is recorded once: the next call just finds it.
 		again, err := p.Place(ctx, "spread-0")
@@ -343,4 +361,45 @@ func TestPlacementOnARealAPIServer(t *testing.T) {
 			t.Errorf("a front door without rights: %v, want Forbidden", err)
 		}
 	})
+}
+
+// raceTest places 16 tenants named prefix-N through p1 and p2 at once:
+// each gets one record, and both front doors name its node.
+func raceTest(t *testing.T, c *kubetest.Cluster, prefix string, p1, p2 *cluster.Placer) {
+	ctx := t.Context()
+	const tenants = 16
+	var wg sync.WaitGroup
+	got := make([][2]cluster.Placement, tenants)
+	errs := make(chan error, 2*tenants)
+	for i := range tenants {
+		for j, pp := range []*cluster.Placer{p1, p2} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				pl, err := pp.Place(ctx, fmt.Sprintf("%s-%d", prefix, i))
+				if err != nil {
+					errs <- err
+				}
+				got[i][j] = pl
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	_, dyn := clients(t, c.Config)
+	for i := range tenants {
+		if got[i][0].Node != got[i][1].Node {
+			t.Errorf("%s-%d placed on %s by one front door and %s by the other", prefix, i, got[i][0].Node, got[i][1].Node)
+		}
+		obj, err := dyn.Resource(cluster.WorkspaceGVR).Namespace(ns).Get(ctx, cluster.ObjectName(fmt.Sprintf("%s-%d", prefix, i)), metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("%s-%d: no placement record: %v", prefix, i, err)
+		}
+		if node := obj.Object["spec"].(map[string]any)["node"]; node != got[i][0].Node {
+			t.Errorf("%s-%d: record says %v, the front doors %s", prefix, i, node, got[i][0].Node)
+		}
+	}
 }

@@ -8,11 +8,15 @@ import (
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/sandpit-dev/sandpit"
 )
@@ -22,12 +26,76 @@ import (
 // object, created or updated at the resourceVersion the Placer read, so
 // concurrent placements of one tenant converge on the record the API
 // server accepted.
+//
+// After Start, the Placer reads Leases and placements from informers (its
+// own watches of the API server, in memory): finding a placed tenant
+// costs no request, and choosing a node for a new one counts placements
+// in memory instead of listing them all. What a cache has not seen yet
+// only costs a conflict and a read from the API server.
 type Placer struct {
 	Kube      kubernetes.Interface
 	Dynamic   dynamic.Interface
 	Namespace string
 	// Now is the clock Leases are judged by (time.Now when nil).
 	Now func() time.Time
+
+	leases     cache.Indexer // informed Leases, after Start
+	workspaces cache.Indexer // informed SandpitWorkspaces, after Start
+}
+
+// syncPatience bounds Start's wait for the first lists (an API server that
+// does not answer).
+const syncPatience = 2 * time.Minute
+
+// Start runs the Placer's informers until ctx ends and returns once they
+// have synced, or with an error when they have not within two minutes.
+func (p *Placer) Start(ctx context.Context) error {
+	kf := informers.NewSharedInformerFactoryWithOptions(p.Kube, 0, informers.WithNamespace(p.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelComponent + "=" + ComponentNode }))
+	li := kf.Coordination().V1().Leases().Informer()
+	df := dynamicinformer.NewFilteredDynamicSharedInformerFactory(p.Dynamic, 0, p.Namespace, nil)
+	wi := df.ForResource(WorkspaceGVR).Informer()
+	kf.Start(ctx.Done())
+	df.Start(ctx.Done())
+	wctx, cancel := context.WithTimeout(ctx, syncPatience)
+	defer cancel()
+	if !cache.WaitForCacheSync(wctx.Done(), li.HasSynced, wi.HasSynced) {
+		return fmt.Errorf("placement informers: no Leases and SandpitWorkspaces listed: %w", context.Cause(wctx))
+	}
+	p.leases, p.workspaces = li.GetIndexer(), wi.GetIndexer()
+	return nil
+}
+
+// nodes lists the node agents: from the informer after Start.
+func (p *Placer) nodes(ctx context.Context) ([]Node, error) {
+	if p.leases == nil {
+		return Nodes(ctx, p.Kube, p.Namespace)
+	}
+	var out []Node
+	for _, o := range p.leases.List() {
+		if l, ok := o.(*coordinationv1.Lease); ok && len(l.Name) > len(LeasePrefix) {
+			out = append(out, nodeOf(l))
+		}
+	}
+	return out, nil
+}
+
+// placement reads a tenant's record: from the informer after Start,
+// unless fresh (a write just showed the cache behind).
+func (p *Placer) placement(ctx context.Context, name string, fresh bool) (*unstructured.Unstructured, bool, error) {
+	if p.workspaces != nil && !fresh {
+		o, ok, err := p.workspaces.GetByKey(p.Namespace + "/" + name)
+		if err != nil || !ok {
+			return nil, false, err
+		}
+		u, ok := o.(*unstructured.Unstructured)
+		return u, ok, nil
+	}
+	cur, err := p.Dynamic.Resource(WorkspaceGVR).Namespace(p.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, false, nil
+	}
+	return cur, err == nil, err
 }
 
 // Placement is where a tenant's workspace lives.
@@ -55,17 +123,18 @@ func (p *Placer) Place(ctx context.Context, tenant string) (Placement, error) {
 	}
 	objs := p.Dynamic.Resource(WorkspaceGVR).Namespace(p.Namespace)
 	name := objectName(tenant)
+	fresh := false // after a conflict: read past the informer
 	for range maxAttempts {
-		nodes, err := Nodes(ctx, p.Kube, p.Namespace)
+		nodes, err := p.nodes(ctx)
 		if err != nil {
 			return Placement{}, err
 		}
 		now := p.now()
-		cur, err := objs.Get(ctx, name, metav1.GetOptions{})
-		found := err == nil
-		if err != nil && !apierrors.IsNotFound(err) {
+		cur, found, err := p.placement(ctx, name, fresh)
+		if err != nil {
 			return Placement{}, fmt.Errorf("read placement of %q: %w", tenant, err)
 		}
+		fresh = true
 		if found {
 			at, _, _ := unstructured.NestedString(cur.Object, "spec", "node")
 			if n, ok := FindNode(nodes, at); ok && n.Live(now) && !n.Draining {
@@ -137,14 +206,27 @@ func (p *Placer) choose(ctx context.Context, nodes []Node, now time.Time) (Node,
 		return Node{}, sandpit.WithHint(fmt.Errorf("%w: %d node agents registered, none live and not draining", ErrNoNodes, len(nodes)),
 			"start `sandpit node` on a host (the DaemonSet in scripts/kubernetes/), or wait for a restarting one")
 	}
-	// From the watch cache (ResourceVersion "0"): a count a moment old
-	// only makes the spread a little less even.
-	list, err := p.Dynamic.Resource(WorkspaceGVR).Namespace(p.Namespace).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-	if err != nil {
-		return Node{}, fmt.Errorf("count placements: %w", err)
+	// From the informer, or else the API server's watch cache
+	// (ResourceVersion "0"): a count a moment old only makes the spread a
+	// little less even.
+	var items []*unstructured.Unstructured
+	if p.workspaces != nil {
+		for _, o := range p.workspaces.List() {
+			if u, ok := o.(*unstructured.Unstructured); ok {
+				items = append(items, u)
+			}
+		}
+	} else {
+		list, err := p.Dynamic.Resource(WorkspaceGVR).Namespace(p.Namespace).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return Node{}, fmt.Errorf("count placements: %w", err)
+		}
+		for i := range list.Items {
+			items = append(items, &list.Items[i])
+		}
 	}
 	count := map[string]int{}
-	for _, o := range list.Items {
+	for _, o := range items {
 		n, _, _ := unstructured.NestedString(o.Object, "spec", "node")
 		count[n]++
 	}
