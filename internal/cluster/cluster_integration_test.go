@@ -153,7 +153,7 @@ func TestPlacementOnARealAPIServer(t *testing.T) {
 	ctx := t.Context()
 
 	p := placer(t, c.Config)
-	if _, err := p.Place(ctx, "early"); !errors.Is(err, cluster.ErrNoNodes) || !errors.Is(err, sandpit.ErrUnavailable) || !strings.Contains(sandpit.Describe(err), "sandpit node") {
+	if _, err := p.Place(ctx, "early"); !errors.Is(err, cluster.ErrNoNodes) || !errors.Is(err, sandpit.ErrUnavailable) || !strings.Contains(sandpit.Describe(err), "--cluster-node NAME") {
 		t.Fatalf("placing with no node: %v, want cluster.ErrNoNodes (class unavailable) with a hint", err)
 	}
 

@@ -204,7 +204,7 @@ func (p *Placer) choose(ctx context.Context, nodes []Node, now time.Time) (Node,
 	}
 	if len(live) == 0 {
 		return Node{}, sandpit.WithHint(fmt.Errorf("%w: %d node agents registered, none live and not draining", ErrNoNodes, len(nodes)),
-			"start `sandpit node` on a host (the DaemonSet in scripts/kubernetes/), or wait for a restarting one")
+			"start a node agent, `sandpit serve --listen HOST:PORT --cluster-node NAME`, on a host (the DaemonSet in scripts/kubernetes/node.yaml), or wait for a restarting one")
 	}
 	// From the informer, or else the API server's watch cache
 	// (ResourceVersion "0"): a count a moment old only makes the spread a
