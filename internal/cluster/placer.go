@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -41,6 +42,17 @@ type Placer struct {
 
 	leases     cache.Indexer // informed Leases, after Start
 	workspaces cache.Indexer // informed SandpitWorkspaces, after Start
+
+	mu       sync.Mutex
+	observed map[string]observation // by Lease name
+}
+
+// observation is when this Placer saw a Lease's renewTime change, by its
+// own clock: a node's clock may be off by any amount (client-go's leader
+// election judges leases the same way).
+type observation struct {
+	renew time.Time // the renewTime seen
+	at    time.Time // when, here
 }
 
 // syncPatience bounds Start's wait for the first lists (an API server that
@@ -53,6 +65,39 @@ func (p *Placer) Start(ctx context.Context) error {
 	kf := informers.NewSharedInformerFactoryWithOptions(p.Kube, 0, informers.WithNamespace(p.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelComponent + "=" + ComponentNode }))
 	li := kf.Coordination().V1().Leases().Informer()
+	p.observed = map[string]observation{}
+	observe := func(o any, first bool) {
+		l, ok := o.(*coordinationv1.Lease)
+		if !ok || l.Spec.RenewTime == nil {
+			return
+		}
+		now, renew := time.Now(), l.Spec.RenewTime.Time
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if prev, ok := p.observed[l.Name]; ok && prev.renew.Equal(renew) {
+			return // not renewed: an update of something else
+		}
+		at := now
+		if first && renew.Before(now) {
+			// Seen first: renewed at most now, maybe earlier (a node's
+			// clock is trusted to make a renewal older, never newer).
+			at = renew
+		}
+		p.observed[l.Name] = observation{renew: renew, at: at}
+	}
+	if _, err := li.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { observe(o, true) },
+		UpdateFunc: func(_, o any) { observe(o, false) },
+		DeleteFunc: func(o any) {
+			if l, ok := o.(*coordinationv1.Lease); ok {
+				p.mu.Lock()
+				delete(p.observed, l.Name)
+				p.mu.Unlock()
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("placement informers: %w", err)
+	}
 	df := dynamicinformer.NewFilteredDynamicSharedInformerFactory(p.Dynamic, 0, p.Namespace, nil)
 	wi := df.ForResource(WorkspaceGVR).Informer()
 	kf.Start(ctx.Done())
@@ -66,18 +111,72 @@ func (p *Placer) Start(ctx context.Context) error {
 	return nil
 }
 
-// nodes lists the node agents: from the informer after Start.
-func (p *Placer) nodes(ctx context.Context) ([]Node, error) {
+// Nodes lists the node agents: after Start from the informer, each live
+// for a lease duration after this Placer saw it renewed.
+func (p *Placer) Nodes(ctx context.Context) ([]Node, error) {
 	if p.leases == nil {
 		return Nodes(ctx, p.Kube, p.Namespace)
 	}
-	var out []Node
+	var ls []*coordinationv1.Lease
 	for _, o := range p.leases.List() {
-		if l, ok := o.(*coordinationv1.Lease); ok && len(l.Name) > len(LeasePrefix) {
-			out = append(out, nodeOf(l))
+		if l, ok := o.(*coordinationv1.Lease); ok {
+			ls = append(ls, l)
 		}
 	}
-	return out, nil
+	return p.judge(ls), nil
+}
+
+// freshNodes lists the Leases as they are (a node that just started may
+// not be in the informer yet), judged as Nodes judges them.
+func (p *Placer) freshNodes(ctx context.Context) ([]Node, error) {
+	if p.leases == nil {
+		return listNodes(ctx, p.Kube, p.Namespace, false)
+	}
+	list, err := p.Kube.CoordinationV1().Leases(p.Namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelComponent + "=" + ComponentNode})
+	if err != nil {
+		return nil, fmt.Errorf("list sandpit nodes: %w", err)
+	}
+	ls := make([]*coordinationv1.Lease, 0, len(list.Items))
+	for i := range list.Items {
+		ls = append(ls, &list.Items[i])
+	}
+	return p.judge(ls), nil
+}
+
+// judge makes Nodes of Leases: each live for a lease duration after this
+// Placer saw its last renewal, whatever the node's clock says; one never
+// seen before as renewed at its renewTime or now, whichever is earlier
+// (observe's rule for a first sight).
+func (p *Placer) judge(ls []*coordinationv1.Lease) []Node {
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]Node, 0, len(ls))
+	for _, l := range ls {
+		if len(l.Name) <= len(LeasePrefix) {
+			continue
+		}
+		n := nodeOf(l)
+		if n.Renewed.IsZero() {
+			out = append(out, n)
+			continue
+		}
+		ob, seen := p.observed[l.Name]
+		var at time.Time
+		switch {
+		case seen && ob.renew.Equal(n.Renewed):
+			at = ob.at
+		case seen: // renewed since observe last ran: seen now
+			at = now
+		case n.Renewed.Before(now):
+			at = n.Renewed
+		default:
+			at = now
+		}
+		n.Expires = at.Add(n.Expires.Sub(n.Renewed))
+		out = append(out, n)
+	}
+	return out
 }
 
 // placement reads a tenant's record: from the informer after Start,
@@ -125,7 +224,7 @@ func (p *Placer) Place(ctx context.Context, tenant string) (Placement, error) {
 	name := objectName(tenant)
 	fresh := false // after a conflict: read past the informer
 	for range maxAttempts {
-		nodes, err := p.nodes(ctx)
+		nodes, err := p.Nodes(ctx)
 		if err != nil {
 			return Placement{}, err
 		}
@@ -145,7 +244,7 @@ func (p *Placer) Place(ctx context.Context, tenant string) (Placement, error) {
 		if errors.Is(err, ErrNoNodes) {
 			// The cache may not have a node that just started: read the
 			// Leases as they are before saying there is none.
-			if nodes, err = listNodes(ctx, p.Kube, p.Namespace, false); err != nil {
+			if nodes, err = p.freshNodes(ctx); err != nil {
 				return Placement{}, err
 			}
 			target, err = p.choose(ctx, nodes, now)
