@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -221,7 +222,7 @@ func TestManifestsOnKubernetes(t *testing.T) {
 				refused = 0
 				return false, "still served"
 			}
-			if !strings.Contains(err.Error(), "401") && !strings.Contains(strings.ToLower(err.Error()), "unauthorized") {
+			if !errors.Is(err, transport.ErrAuthorizationRequired) && !errors.Is(err, transport.ErrUnauthorized) {
 				t.Fatalf("bob after the revocation: %v, want a refusal (401)", err)
 			}
 			refused++
