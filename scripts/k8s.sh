@@ -98,6 +98,13 @@
 # Succeeded 6-7.6 s. down, Pods and all, 1.8-2.0 s; two nodes up at once
 # 12.9 s, down at once 3.0 s; the owner killed 1-5 s into up --node:
 # everything gone within 3 s.
+# --services (r3), measured 2026-12-02: the whole build cold, with
+# kube-controller-manager and kube-proxy and empty module and build caches,
+# on two cores shared with image builds: etcd 102 s, the five kubernetes
+# commands 813 s wall / 880 s CPU, containerd 138 s, runc 27 s (about 18
+# minutes). up --services --sandpit 10-12 s (controller manager, proxy and
+# the node's sandpit containerd included); down, Pods and sandboxes and
+# all, 2.8-3.7 s.
 #
 # All is built from the Go module proxy into a cache outside the checkout:
 # $SANDPIT_TOOLS_DIR, default /var/cache/sandpit/tools as root, else
