@@ -1186,16 +1186,7 @@ down_node() {
 	# The Pods' processes: every process in the kubelet's cgroupRoot.
 	case "$CGROOT" in /sandpit-k8s-?*) ;; *) CGROOT= ;; esac
 	if [ -n "$CGROOT" ]; then
-		deadline=$((SECONDS + 30))
-		while pids=$(cgprocs "$CGROOT") && [ -n "$pids" ]; do
-			# shellcheck disable=SC2086 # a list of pids
-			kill -9 $pids 2>/dev/null || true
-			[ $SECONDS -lt $deadline ] || {
-				echo "k8s.sh: processes left in $CGROOT: $pids" >&2
-				break
-			}
-			sleep 0.1
-		done
+		killall_of "in $CGROOT" 30 cgprocs "$CGROOT"
 	fi
 	# The node's sandpit containerd, once no agent Pod is left to make
 	# sandboxes: first its tasks (the sandboxes, in every containerd
@@ -1234,12 +1225,19 @@ down_node() {
 	# Anything else still in the node's network namespace (the sandpit
 	# containerd's shims, a daemon whose pid file was lost): the namespace
 	# is this node's alone, so what is in it is the node's.
-	deadline=$((SECONDS + 10))
-	while pids=$(innetns "$dir") && [ -n "$pids" ]; do
+	killall_of "in the node's network namespace" 10 innetns "$dir"
+}
+
+# killall_of WHERE SECONDS LIST...: SIGKILLs the pids command LIST...
+# prints until it prints none, for at most SECONDS; says what is left.
+killall_of() {
+	local where=$1 deadline=$((SECONDS + $2)) pids
+	shift 2
+	while pids=$("$@") && [ -n "$pids" ]; do
 		# shellcheck disable=SC2086 # a list of pids
 		kill -9 $pids 2>/dev/null || true
 		[ $SECONDS -lt $deadline ] || {
-			echo "k8s.sh: processes left in the node's network namespace: $pids" >&2
+			echo "k8s.sh: processes left $where: $pids" >&2
 			break
 		}
 		sleep 0.1

@@ -303,8 +303,8 @@ func tryCall(ctx context.Context, url, token, tool string, args map[string]any) 
 }
 
 // newHTTPClient is httpClient that returns its error.
-func newHTTPClient(ctx context.Context, url, token string) (*client.Client, error) {
-	c, err := client.NewStreamableHttpClient(url, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
+func newHTTPClient(ctx context.Context, url, token string, opts ...transport.StreamableHTTPCOption) (*client.Client, error) {
+	c, err := client.NewStreamableHttpClient(url, append(opts, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))...)
 	if err != nil {
 		return nil, err
 	}

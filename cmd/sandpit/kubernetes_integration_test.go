@@ -374,22 +374,7 @@ func serviceClient(t *testing.T, hc *http.Client, url, token string) *client.Cli
 }
 
 func newServiceClient(ctx context.Context, hc *http.Client, url, token string) (*client.Client, error) {
-	c, err := client.NewStreamableHttpClient(url, transport.WithHTTPBasicClient(hc),
-		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
-	if err != nil {
-		return nil, err
-	}
-	if err := c.Start(ctx); err != nil {
-		return nil, err
-	}
-	var init mcpgo.InitializeRequest
-	init.Params.ProtocolVersion = mcpgo.LATEST_PROTOCOL_VERSION
-	init.Params.ClientInfo = mcpgo.Implementation{Name: "sandpit-k8s-e2e", Version: "1"}
-	if _, err := c.Initialize(ctx, init); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("initialize: %w", err)
-	}
-	return c, nil
+	return newHTTPClient(ctx, url, token, transport.WithHTTPBasicClient(hc))
 }
 
 func tryCallWith(ctx context.Context, c *client.Client, tool string, args map[string]any) (*mcpgo.CallToolResult, error) {
